@@ -1,0 +1,186 @@
+//! [`BackendBuilder`]: every setting of a backend, each with its default.
+
+use super::in_process::InProcessStore;
+use super::redis::{RedisStore, Timeouts};
+use super::{Backend, BackendInner, Settings, Store, MIN_LEASE};
+use crate::config::redact_url;
+use crate::stats::Stats;
+use crate::watchdog::Watchdog;
+use crate::LockError;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Configures a [`Backend`]. Every setter states its default; [`build`](Self::build) checks them
+/// all and names the first one that is wrong.
+///
+/// ```
+/// use distlock::Backend;
+/// use std::time::Duration;
+///
+/// let err = Backend::builder("redis://127.0.0.1:6379")
+///     .watchdog_timeout(Duration::from_millis(10))
+///     .build()
+///     .unwrap_err();
+/// assert!(err.to_string().contains("at least 100ms"), "{err}");
+/// ```
+#[derive(Debug, Clone)]
+pub struct BackendBuilder {
+    url: String,
+    prefix: String,
+    watchdog_timeout: Duration,
+    max_key_len: usize,
+    fence_counter_ttl: Duration,
+    renew_batch: usize,
+    timeouts: Timeouts,
+}
+
+impl BackendBuilder {
+    pub(crate) fn new(url: String) -> Self {
+        BackendBuilder {
+            url,
+            prefix: "distlock".into(),
+            watchdog_timeout: Duration::from_secs(30),
+            max_key_len: 512,
+            fence_counter_ttl: Duration::from_secs(3600),
+            renew_batch: 256,
+            timeouts: Timeouts::default(),
+        }
+    }
+
+    /// Namespace of every key this backend writes: `<prefix>:{<key>}`. Default `"distlock"`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// TTL of watchdog leases, renewed every third of it while the call runs. Default 30 s;
+    /// at least 100 ms.
+    pub fn watchdog_timeout(mut self, ttl: Duration) -> Self {
+        self.watchdog_timeout = ttl;
+        self
+    }
+
+    /// Longest accepted key in bytes, after rendering and escaping; a longer key is
+    /// [`LockError::InvalidKey`], never truncated. Default 512.
+    pub fn max_key_len(mut self, bytes: usize) -> Self {
+        self.max_key_len = bytes;
+        self
+    }
+
+    /// How long a key's fencing counter outlives the key's last acquisition. Tokens keep increasing
+    /// after the counter expires (they are at least the server time in µs); the counter only
+    /// guards against the server clock stepping back by less than this. Default 1 h.
+    pub fn fence_counter_ttl(mut self, ttl: Duration) -> Self {
+        self.fence_counter_ttl = ttl;
+        self
+    }
+
+    /// Most leases renewed by one script call. Default 256.
+    pub fn renew_batch(mut self, leases: usize) -> Self {
+        self.renew_batch = leases;
+        self
+    }
+
+    /// How long to wait for a reply before the outcome counts as unknown (and an acquire is
+    /// retried with the same owner token). Default 500 ms (redis-rs's own default).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.response = timeout;
+        self
+    }
+
+    /// How long one connection attempt may take. Default 1 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// Checks every setting and builds the backend. Connections open lazily, on first use.
+    pub fn build(self) -> Result<Backend, LockError> {
+        if self.watchdog_timeout < MIN_LEASE {
+            return Err(LockError::invalid_config(
+                "watchdog_timeout",
+                format!(
+                    "is {}; it must be at least 100ms so renewal (every third of it) can keep up",
+                    humantime::format_duration(self.watchdog_timeout)
+                ),
+            ));
+        }
+        validate_prefix(&self.prefix)?;
+        if self.max_key_len == 0 {
+            return Err(LockError::invalid_config(
+                "max_key_len",
+                "is 0; it must be at least 1",
+            ));
+        }
+        if self.renew_batch == 0 {
+            return Err(LockError::invalid_config(
+                "renew_batch",
+                "is 0; it must be at least 1",
+            ));
+        }
+        if self.fence_counter_ttl < Duration::from_millis(1) {
+            return Err(LockError::invalid_config(
+                "fence_counter_ttl",
+                "must be at least 1ms",
+            ));
+        }
+        let (store, kind): (Box<dyn Store>, &'static str) = match scheme(&self.url) {
+            Some("memory") => (Box::new(InProcessStore::new(self.fence_counter_ttl)), "in-process"),
+            Some("redis" | "rediss" | "unix" | "redis+unix") => (
+                Box::new(RedisStore::open(&self.url, &self.prefix, self.fence_counter_ttl, self.timeouts)?),
+                "redis",
+            ),
+            _ => {
+                return Err(LockError::invalid_config(
+                    "url",
+                    format!(
+                        "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
+                         unix:///path/to/socket or memory://",
+                        redact_url(&self.url)
+                    ),
+                ))
+            }
+        };
+        Ok(Backend {
+            inner: Arc::new(BackendInner {
+                name: OnceLock::new(),
+                settings: Settings {
+                    prefix: self.prefix,
+                    watchdog_timeout: self.watchdog_timeout,
+                    max_key_len: self.max_key_len,
+                    renew_batch: self.renew_batch,
+                },
+                store,
+                watchdog: Watchdog::default(),
+                stats: Stats::default(),
+                kind,
+            }),
+        })
+    }
+}
+
+fn scheme(url: &str) -> Option<&str> {
+    url.split_once("://").map(|(scheme, _)| scheme)
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.is_empty() {
+        return Err(LockError::invalid_config(
+            "prefix",
+            "is empty; give the keys a namespace such as `distlock` or `billing`",
+        ));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| matches!(c, '{' | '}') || c.is_control())
+    {
+        return Err(LockError::invalid_config(
+            "prefix",
+            format!(
+                "`{}` contains {c:?}; a prefix may not hold hash-tag braces or control characters",
+                prefix.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`, `DISTLOCK_PREFIX`.
+
+use crate::backend::{Backend, MIN_LEASE};
+use crate::LockError;
+use std::time::Duration;
+
+/// Where the backend lives: `redis://…`, `rediss://…`, `unix://…` or `memory://`.
+pub const ENV_URL: &str = "DISTLOCK_URL";
+/// TTL of watchdog leases, a duration such as `30s` or `1500ms`; at least 100 ms; default 30 s.
+pub const ENV_WATCHDOG_TIMEOUT: &str = "DISTLOCK_WATCHDOG_TIMEOUT";
+/// Key namespace; default `distlock`.
+pub const ENV_PREFIX: &str = "DISTLOCK_PREFIX";
+
+/// Builds a backend from the environment; `Ok(None)` when `DISTLOCK_URL` is not set.
+pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
+    let Some(url) = var(ENV_URL)? else {
+        return Ok(None);
+    };
+    let mut builder = Backend::builder(url.clone());
+    if let Some(timeout) = var(ENV_WATCHDOG_TIMEOUT)? {
+        builder = builder.watchdog_timeout(parse_watchdog_timeout(&timeout)?);
+    }
+    if let Some(prefix) = var(ENV_PREFIX)? {
+        crate::backend::builder::validate_prefix(&prefix).map_err(|_| {
+            LockError::invalid_config(
+                ENV_PREFIX,
+                format!(
+                    "is `{}`; it must be non-empty, without `{{`, `}}` or control characters",
+                    prefix.escape_debug()
+                ),
+            )
+        })?;
+        builder = builder.prefix(prefix);
+    }
+    builder.build().map(Some).map_err(|err| match err {
+        LockError::InvalidConfig { setting, problem } if setting == "url" => {
+            LockError::invalid_config(ENV_URL, problem)
+        }
+        other => other,
+    })
+}
+
+fn var(name: &str) -> Result<Option<String>, LockError> {
+    match std::env::var(name) {
+        Ok(value) if value.trim().is_empty() => Ok(None),
+        Ok(value) => Ok(Some(value.trim().to_owned())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(LockError::invalid_config(name, "is not valid UTF-8"))
+        }
+    }
+}
+
+pub(crate) fn parse_watchdog_timeout(text: &str) -> Result<Duration, LockError> {
+    let duration = humantime::parse_duration(text).map_err(|err| {
+        LockError::invalid_config(
+            ENV_WATCHDOG_TIMEOUT,
+            format!(
+                "is `{text}`, which is not a duration ({err}); write it like `30s` or `1500ms`"
+            ),
+        )
+    })?;
+    if duration < MIN_LEASE {
+        return Err(LockError::invalid_config(
+            ENV_WATCHDOG_TIMEOUT,
+            format!("is `{text}`; it must be at least 100ms"),
+        ));
+    }
+    Ok(duration)
+}
+
+/// The URL with any password replaced by `***`, for error messages and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            if userinfo.contains(':') {
+                format!("{scheme}://{user}:***@{host}{path}")
+            } else {
+                format!("{scheme}://***@{host}{path}")
+            }
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("redis://:hunter2@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://u:p@h"), "redis://u:***@h");
+        assert_eq!(redact_url("redis://token@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn watchdog_timeouts() {
+        assert_eq!(
+            parse_watchdog_timeout("1s").unwrap(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            parse_watchdog_timeout("100ms").unwrap(),
+            Duration::from_millis(100)
+        );
+        let short = parse_watchdog_timeout("99ms").unwrap_err().to_string();
+        assert!(
+            short.contains("DISTLOCK_WATCHDOG_TIMEOUT is `99ms`; it must be at least 100ms"),
+            "{short}"
+        );
+        let bad = parse_watchdog_timeout("soon").unwrap_err().to_string();
+        assert!(bad.contains("not a duration"), "{bad}");
+    }
+}

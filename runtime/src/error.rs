@@ -1,0 +1,175 @@
+//! [`LockError`]: everything a lock can report, each variant saying what happened and what to do.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a held lease stopped being ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The local validity window ran out without a confirmed renewal (a paused process, a slow or
+    /// unreachable server, or a fixed lease that outlived its duration).
+    Expired,
+    /// A renewal found the key gone: it expired on the server or was deleted.
+    Gone,
+    /// A renewal found the key held by another owner.
+    Stolen,
+    /// `max_hold` elapsed: the watchdog stopped renewing so a stuck call cannot hold the lock forever.
+    MaxHoldExceeded,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its validity ran out before a renewal was confirmed",
+            LostReason::Gone => "the key expired or was deleted on the server",
+            LostReason::Stolen => "another owner holds the key now",
+            LostReason::MaxHoldExceeded => "the call ran past max_hold, so renewal stopped",
+        })
+    }
+}
+
+/// A failure of the lock server that is not a lock outcome: connection refused, timeout, script error.
+///
+/// [`is_ambiguous`](BackendError::is_ambiguous) tells whether the command may have run on the server
+/// although no reply arrived (a timeout or a connection dropped mid-request).
+#[derive(Debug)]
+pub struct BackendError {
+    pub(crate) backend: String,
+    pub(crate) operation: &'static str,
+    pub(crate) ambiguous: bool,
+    pub(crate) source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl BackendError {
+    pub(crate) fn new(
+        backend: &str,
+        operation: &'static str,
+        ambiguous: bool,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        BackendError {
+            backend: backend.to_owned(),
+            operation,
+            ambiguous,
+            source: source.into(),
+        }
+    }
+
+    /// The registry name of the backend that failed.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// What was being done: `"acquire"`, `"release"`, `"renew"`, `"connect"`, …
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// `true` when the command may have been executed although no reply was read.
+    pub fn is_ambiguous(&self) -> bool {
+        self.ambiguous
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "backend `{}` failed during {}: {}",
+            self.backend, self.operation, self.source
+        )?;
+        if self.ambiguous {
+            f.write_str(" (the outcome is unknown: no reply arrived)")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Everything a lock operation can report.
+///
+/// Annotated functions return these through their own error type (`E: From<LockError>`).
+///
+/// ```
+/// use distlock::LockError;
+/// use std::time::Duration;
+///
+/// let busy = LockError::Busy { key: "order:7".into(), waited: Duration::from_millis(250) };
+/// assert_eq!(
+///     busy.to_string(),
+///     "lock `order:7` is held by someone else (waited 250ms); retry later or allow a longer `wait`"
+/// );
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Another owner held the lock for the whole wait budget.
+    #[error("lock `{key}` is held by someone else (waited {}); retry later or allow a longer `wait`", humantime::format_duration(*waited))]
+    Busy {
+        /// The rendered key.
+        key: String,
+        /// How long this call waited before giving up.
+        waited: Duration,
+    },
+    /// The lease was lost while the call ran; no further step may assume exclusivity.
+    #[error("lock `{key}` was lost: {reason}; the work done so far is not protected, retry the operation")]
+    Lost {
+        /// The rendered key.
+        key: String,
+        /// Why the lease ended.
+        reason: LostReason,
+    },
+    /// The named backend was never registered and could not be built from the environment.
+    #[error("lock backend `{backend}` is not configured; {hint}")]
+    NotConfigured {
+        /// The registry name.
+        backend: String,
+        /// What to do about it.
+        hint: String,
+    },
+    /// A setting (environment variable, URL, builder value) is invalid.
+    #[error("invalid lock configuration: {setting} {problem}")]
+    InvalidConfig {
+        /// The variable or setting, e.g. `DISTLOCK_URL`.
+        setting: String,
+        /// What is wrong with it and what is accepted (passwords redacted).
+        problem: String,
+    },
+    /// The key cannot be used: too long, or containing characters that would change its structure.
+    #[error("invalid lock key: {reason}")]
+    InvalidKey {
+        /// What is wrong with the key and how to fix it.
+        reason: String,
+    },
+    /// `checkpoint()` was called outside a locked call.
+    #[error("no lock is held here: distlock::checkpoint() only works inside a locked call (an annotated fn or Lock::run), in the same task")]
+    NoContext,
+    /// The lock server failed.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl LockError {
+    /// `true` for [`LockError::Busy`].
+    pub fn is_busy(&self) -> bool {
+        matches!(self, LockError::Busy { .. })
+    }
+
+    /// `true` for [`LockError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    pub(crate) fn invalid_config(setting: impl Into<String>, problem: impl Into<String>) -> Self {
+        LockError::InvalidConfig {
+            setting: setting.into(),
+            problem: problem.into(),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! A held lock: owner token, fencing token, local validity and the lost flag.
+
+use crate::backend::Backend;
+use crate::owner::Owner;
+use crate::stats::Stats;
+use crate::{LockError, LostReason};
+use once_cell::sync::Lazy;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// All monotonic instants of a lease are stored as nanoseconds since this base, so they fit in
+/// an atomic.
+static CLOCK_BASE: Lazy<Instant> = Lazy::new(Instant::now);
+
+pub(crate) fn to_nanos(at: Instant) -> u64 {
+    at.saturating_duration_since(*CLOCK_BASE).as_nanos() as u64
+}
+
+pub(crate) fn from_nanos(nanos: u64) -> Instant {
+    *CLOCK_BASE + Duration::from_nanos(nanos)
+}
+
+/// The margin subtracted from every validity window: clock-rate differences between this process
+/// and the server, plus scheduling slack (1% of the TTL + 2 ms, as in Redlock).
+pub(crate) fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// One key held by one call.
+///
+/// Validity is local and monotonic: `valid_until = start of the request + ttl − drift`, moved
+/// forward only by confirmed renewals, measured from when the renewal was *sent*. Past it the lease
+/// is lost even if no reply ever came back, so a process that was paused wakes up knowing.
+pub(crate) struct HeldLease {
+    pub(crate) backend: Backend,
+    pub(crate) key: String,
+    pub(crate) owner: Owner,
+    pub(crate) fence: u64,
+    pub(crate) ttl: Duration,
+    /// Renewed by the watchdog (`lease = "watchdog"`), or fixed.
+    pub(crate) renewing: bool,
+    /// `max_hold`: the watchdog renews only until this instant.
+    pub(crate) renew_until: Option<Instant>,
+    valid_until: AtomicU64,
+    lost: watch::Sender<Option<LostReason>>,
+}
+
+impl HeldLease {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        backend: Backend,
+        key: String,
+        owner: Owner,
+        fence: u64,
+        ttl: Duration,
+        renewing: bool,
+        requested_at: Instant,
+        max_hold: Option<Duration>,
+    ) -> HeldLease {
+        HeldLease {
+            backend,
+            key,
+            owner,
+            fence,
+            ttl,
+            renewing,
+            renew_until: max_hold.map(|hold| requested_at + hold),
+            valid_until: AtomicU64::new(to_nanos(requested_at + ttl.saturating_sub(drift(ttl)))),
+            lost: watch::Sender::new(None),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        from_nanos(self.valid_until.load(Ordering::Acquire))
+    }
+
+    /// A renewal sent at `sent_at` was confirmed by the server.
+    pub(crate) fn renewed(&self, sent_at: Instant) {
+        let until = to_nanos(sent_at + self.ttl.saturating_sub(drift(self.ttl)));
+        self.valid_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        *self.lost.borrow()
+    }
+
+    /// `Ok` while the lease is ours and inside its validity window; marks it lost otherwise.
+    pub(crate) fn check(&self) -> Result<(), LockError> {
+        if self.lost_reason().is_none() && Instant::now() >= self.valid_until() {
+            self.mark_lost(self.expiry_reason());
+        }
+        match self.lost_reason() {
+            None => Ok(()),
+            Some(reason) => Err(LockError::Lost {
+                key: self.key.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// Why the validity window ran out.
+    pub(crate) fn expiry_reason(&self) -> LostReason {
+        match self.renew_until {
+            Some(until) if self.renewing && until <= self.valid_until() => {
+                LostReason::MaxHoldExceeded
+            }
+            _ => LostReason::Expired,
+        }
+    }
+
+    /// Marks the lease lost, once; later calls keep the first reason.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let first = self.lost.send_if_modified(|state| {
+            if state.is_some() {
+                return false;
+            }
+            *state = Some(reason);
+            true
+        });
+        if first {
+            Stats::bump(&self.backend.inner.stats.lost);
+            tracing::warn!(
+                target: "distlock::lost",
+                key = %self.key,
+                fencing_token = self.fence,
+                %reason,
+                "lock lost"
+            );
+        }
+    }
+
+    /// Resolves when the lease is lost. Expiry is detected by the backend's watchdog, which keeps
+    /// one timer for all leases.
+    pub(crate) async fn lost(&self) -> LostReason {
+        let mut receiver = self.lost.subscribe();
+        let reason = receiver
+            .wait_for(Option::is_some)
+            .await
+            .map(|state| state.expect("waited for Some"));
+        // The sender lives in `self`, so the channel cannot close while we borrow it.
+        reason.expect("the lease owns its lost channel")
+    }
+}

@@ -1,0 +1,84 @@
+//! # distlock
+//!
+//! Correct Redis-backed distributed locks from one attribute.
+//!
+//! ```
+//! use distlock::{distributed_lock, Backend, LockError, Registry};
+//!
+//! #[derive(Debug)]
+//! enum PayError {
+//!     Lock(LockError),
+//! }
+//!
+//! impl From<LockError> for PayError {
+//!     fn from(err: LockError) -> Self {
+//!         PayError::Lock(err)
+//!     }
+//! }
+//!
+//! #[distributed_lock(key = "order:<id>", wait = "1s", lease = "watchdog")]
+//! async fn pay(id: u64, amount: u64) -> Result<u64, PayError> {
+//!     let token = distlock::fencing_token().expect("inside the lock");
+//!     // …write to the ledger with `token`, which must reject older tokens…
+//!     Ok(amount + token * 0)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), PayError> {
+//! Registry::global().register("default", Backend::in_process())?;
+//! assert_eq!(pay(7, 100).await?, 100);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## What the attribute does
+//! It expands the function into: acquire (one round trip: a script that sets the lock if absent,
+//! with a TTL, and issues a fencing token), run the body while the backend's watchdog renews the
+//! lease and the body is stopped between steps if the lease is lost, then release with an
+//! ownership-checked script. The same machinery is available by hand through [`Lock`].
+//!
+//! ## Guarantees, and their limits
+//! - A lock is released only by its owner (a fresh 20-byte random token per acquisition).
+//! - Fencing tokens strictly increase per key, even after the counter key is lost.
+//! - Validity is tracked locally on a monotonic clock: a paused process learns at its next
+//!   [`checkpoint()`] that its lease is gone.
+//! - A lock alone is only approximately exclusive: a holder paused past its lease may still act.
+//!   Exactness needs the resource to check fencing tokens ([`FencedStore`]).
+//!
+//! See `docs/` in the repository for the design decisions, the ACL a lock user needs, and
+//! operations.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod config;
+mod context;
+mod error;
+mod fenced;
+mod key;
+mod lease;
+mod lock;
+mod owner;
+mod policy;
+mod registry;
+pub mod scripts;
+mod stats;
+mod wait;
+mod watchdog;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use backend::{Backend, BackendBuilder, Holder, MIN_LEASE};
+pub use config::{ENV_PREFIX, ENV_URL, ENV_WATCHDOG_TIMEOUT};
+pub use context::{checkpoint, fencing_token, is_held};
+pub use error::{BackendError, LockError, LostReason};
+pub use fenced::{FencedStore, FencedWrite};
+pub use key::KeyBuilder;
+pub use lock::{Lock, LockGuard, Released};
+pub use policy::{Lease, OnLost, Wait};
+pub use registry::{Registry, DEFAULT_BACKEND};
+pub use stats::{StatsSnapshot, WAIT_BUCKETS};
+
+pub use distlock_macros::distributed_lock;

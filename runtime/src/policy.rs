@@ -1,0 +1,37 @@
+//! How a lock waits, how long its lease lives, and what happens when the lease is lost.
+
+use std::time::Duration;
+
+/// How long to wait for a busy lock before [`LockError::Busy`](crate::LockError::Busy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Wait at most this long in total (`Duration::ZERO`: try once).
+    For(Duration),
+    /// Wait until acquired.
+    Forever,
+}
+
+/// How the lease on the server lives while the call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// A short TTL (the backend's watchdog timeout, 30 s by default) renewed every third of it by
+    /// the backend's watchdog while the call runs. A crashed holder frees the lock within one TTL.
+    Watchdog,
+    /// A fixed lease of this length, never renewed: the call must finish within it. At least 100 ms.
+    Fixed(Duration),
+}
+
+/// What happens to the locked call when its lease is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// The call is stopped at its next check: between top-level statements of an annotated
+    /// function, or at an explicit [`checkpoint()`](crate::checkpoint). No next step runs on a
+    /// lost lock.
+    Checkpoint,
+    /// The call's future is dropped at its next `.await` once the loss is detected, and the call
+    /// returns [`LockError::Lost`](crate::LockError::Lost).
+    Abort,
+    /// The call runs to completion (availability over consistency); the loss is logged and
+    /// counted in [`StatsSnapshot::lost_ignored`](crate::StatsSnapshot::lost_ignored).
+    Ignore,
+}

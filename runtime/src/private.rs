@@ -1,0 +1,123 @@
+//! The surface `#[distributed_lock]` expands to. Not a public API: it changes with the macro,
+//! which is pinned to this exact crate version.
+
+pub use crate::context::checkpoint;
+pub use crate::key::KeyBuilder;
+pub use crate::{Lease, LockError, OnLost, Wait};
+pub use core::time::Duration;
+
+use crate::Lock;
+use std::future::Future;
+
+/// Const-constructible description of one annotated function's lock.
+#[derive(Debug)]
+pub struct Spec {
+    pub backend: &'static str,
+    pub wait: Wait,
+    pub lease: Lease,
+    pub on_lost: OnLost,
+    pub max_hold: Option<Duration>,
+}
+
+/// Acquires every key (all or none, canonical order), runs `body` under the call context with the
+/// spec's lost-lease policy, and releases. Lock errors come back through `E: From<LockError>`.
+pub async fn locked<T, E, F>(spec: &'static Spec, keys: Vec<String>, body: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let mut lock = Lock::keys(keys)
+        .backend(spec.backend)
+        .wait_policy(spec.wait)
+        .lease(spec.lease)
+        .on_lost(spec.on_lost);
+    if let Some(max_hold) = spec.max_hold {
+        lock = lock.max_hold(max_hold);
+    }
+    match lock.run(body).await {
+        Ok(result) => result,
+        Err(err) => Err(E::from(err)),
+    }
+}
+
+/// Generated code calls this so that a missing `From<LockError>` is reported at the error type.
+pub fn assert_from_lock_error<E: From<LockError>>() {}
+
+/// Raw store operations with caller-chosen owner tokens, for the conformance suite's ownership
+/// tests. Never use them in application code.
+pub mod raw {
+    use crate::backend::{Acquired, Backend, Ownership, Renewal};
+    use crate::owner::Owner;
+    use crate::LockError;
+    use std::time::Duration;
+
+    /// The outcome of a raw operation: `1` ours, `0` gone, `-1` foreign (as the scripts answer).
+    fn code(ownership: Ownership) -> i8 {
+        match ownership {
+            Ownership::Ours => 1,
+            Ownership::Gone => 0,
+            Ownership::Foreign => -1,
+        }
+    }
+
+    /// A fresh random owner token.
+    pub fn new_owner() -> String {
+        Owner::random().as_str().to_owned()
+    }
+
+    fn owner(token: &str) -> Owner {
+        Owner::from_raw(token)
+    }
+
+    /// Acquire with an explicit owner token: `Ok(Some(fence))` or `Ok(None)` when busy.
+    pub async fn acquire(
+        backend: &Backend,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        match backend.inner.store.acquire(key, &owner(token), ttl).await {
+            Ok(Acquired::Yes { fence }) => Ok(Some(fence)),
+            Ok(Acquired::Busy { .. }) => Ok(None),
+            Err(failure) => Err(backend.backend_error("acquire", failure)),
+        }
+    }
+
+    /// Release with an explicit owner token.
+    pub async fn release(backend: &Backend, key: &str, token: &str) -> Result<i8, LockError> {
+        backend
+            .inner
+            .store
+            .release(key, &owner(token))
+            .await
+            .map(code)
+            .map_err(|failure| backend.backend_error("release", failure))
+    }
+
+    /// Renew with an explicit owner token.
+    pub async fn renew(
+        backend: &Backend,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<i8, LockError> {
+        let owner = owner(token);
+        let batch = [Renewal {
+            key,
+            owner: &owner,
+            ttl,
+        }];
+        backend
+            .inner
+            .store
+            .renew(&batch)
+            .await
+            .map(|answers| code(answers[0]))
+            .map_err(|failure| backend.backend_error("renew", failure))
+    }
+
+    /// Leases the backend's watchdog currently tracks.
+    pub fn watched_leases(backend: &Backend) -> usize {
+        backend.inner.watchdog.registered()
+    }
+}

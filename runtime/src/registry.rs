@@ -1,0 +1,102 @@
+//! [`Registry`]: named backends, global, configured once in `main`.
+
+use crate::backend::Backend;
+use crate::config::{backend_from_env, ENV_URL};
+use crate::LockError;
+use once_cell::sync::Lazy;
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+/// The name annotated functions use when they name no backend.
+pub const DEFAULT_BACKEND: &str = "default";
+
+/// Named lock backends. One global registry serves the whole process.
+///
+/// When `"default"` was not registered in code, it is built at first use from the environment
+/// (`DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`, `DISTLOCK_PREFIX`). A lock on a name that is
+/// neither registered nor configurable is [`LockError::NotConfigured`] — never a silent
+/// in-process lock.
+///
+/// ```
+/// use distlock::{Backend, Registry};
+///
+/// Registry::global().register("doc-example", Backend::in_process()).unwrap();
+/// assert_eq!(Registry::global().get("doc-example").unwrap().name(), "doc-example");
+/// assert!(Registry::global().get("never-registered").is_err());
+/// ```
+pub struct Registry {
+    backends: RwLock<HashMap<String, Backend>>,
+}
+
+static GLOBAL: Lazy<Registry> = Lazy::new(|| Registry {
+    backends: RwLock::new(HashMap::new()),
+});
+
+impl Registry {
+    /// The process-wide registry.
+    pub fn global() -> &'static Registry {
+        &GLOBAL
+    }
+
+    /// Registers `backend` under `name`. A name is configured once: registering it again is an
+    /// error, so two parts of a program cannot silently disagree about where a lock lives.
+    pub fn register(&self, name: impl Into<String>, backend: Backend) -> Result<(), LockError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(LockError::invalid_config("backend name", "is empty"));
+        }
+        let mut backends = self.backends.write().unwrap_or_else(|e| e.into_inner());
+        if backends.contains_key(&name) {
+            return Err(LockError::invalid_config(
+                format!("backend `{name}`"),
+                "is already registered; configure each backend once, at start-up",
+            ));
+        }
+        if let Err(existing) = backend.inner.name.set(name.clone()) {
+            if existing != name {
+                return Err(LockError::invalid_config(
+                    format!("backend `{name}`"),
+                    format!("is already registered as `{existing}`; build a separate Backend for each name"),
+                ));
+            }
+        }
+        backends.insert(name, backend);
+        Ok(())
+    }
+
+    /// The backend registered as `name` (for `"default"`, built from the environment when needed).
+    pub fn get(&self, name: &str) -> Result<Backend, LockError> {
+        if let Some(backend) = self
+            .backends
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            return Ok(backend.clone());
+        }
+        if name != DEFAULT_BACKEND {
+            return Err(LockError::NotConfigured {
+                backend: name.to_owned(),
+                hint: format!(
+                    "register it at start-up with distlock::Registry::global().register(\"{name}\", backend)"
+                ),
+            });
+        }
+        let mut backends = self.backends.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(backend) = backends.get(name) {
+            return Ok(backend.clone());
+        }
+        let Some(backend) = backend_from_env()? else {
+            return Err(LockError::NotConfigured {
+                backend: name.to_owned(),
+                hint: format!(
+                    "set {ENV_URL} (e.g. redis://127.0.0.1:6379, or memory:// for the in-process backend) \
+                     or register one at start-up with distlock::Registry::global().register(\"default\", backend)"
+                ),
+            });
+        };
+        let _ = backend.inner.name.set(name.to_owned());
+        backends.insert(name.to_owned(), backend.clone());
+        Ok(backend)
+    }
+}

@@ -1,0 +1,67 @@
+//! The Lua scripts every Redis backend runs. Scripts are data: each `.lua` file's header gives its
+//! KEYS, ARGV and replies. They are sent by SHA (`EVALSHA`); a server that does not know the SHA yet
+//! (first use, restart, `SCRIPT FLUSH`) gets the source in the same round trip (`EVAL`).
+
+use once_cell::sync::Lazy;
+
+/// Source of the resource-side fencing script, for users who call it on their own connection.
+///
+/// See [`FencedStore`](crate::FencedStore) for the contract; the file's header gives KEYS and ARGV.
+pub const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
+
+/// A Lua script with its SHA1, computed once.
+pub(crate) struct LuaScript {
+    source: &'static str,
+    sha: Lazy<String>,
+}
+
+impl LuaScript {
+    const fn new(source: &'static str, sha: fn() -> String) -> Self {
+        LuaScript {
+            source,
+            sha: Lazy::new(sha),
+        }
+    }
+
+    /// `EVALSHA <sha> <numkeys> keys… args…`
+    pub(crate) fn evalsha(&self, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.sha.as_str());
+        Self::push_keys_and_args(&mut cmd, keys, args);
+        cmd
+    }
+
+    /// `EVAL <source> <numkeys> keys… args…`: the NOSCRIPT fallback, which also caches the script.
+    pub(crate) fn eval(&self, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(self.source);
+        Self::push_keys_and_args(&mut cmd, keys, args);
+        cmd
+    }
+
+    fn push_keys_and_args(cmd: &mut redis::Cmd, keys: &[&str], args: &[&[u8]]) {
+        cmd.arg(keys.len());
+        for key in keys {
+            cmd.arg(*key);
+        }
+        for arg in args {
+            cmd.arg(*arg);
+        }
+    }
+}
+
+macro_rules! lua_script {
+    ($name:ident, $file:literal) => {
+        pub(crate) static $name: LuaScript = LuaScript::new(include_str!($file), || {
+            redis::Script::new(include_str!($file))
+                .get_hash()
+                .to_owned()
+        });
+    };
+}
+
+lua_script!(ACQUIRE, "acquire.lua");
+lua_script!(RELEASE, "release.lua");
+lua_script!(RENEW, "renew.lua");
+lua_script!(INSPECT, "inspect.lua");
+lua_script!(FENCED_SET, "fenced_set.lua");

@@ -1,0 +1,85 @@
+//! Per-backend counters: what happened to locks since start-up.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds of the wait-time histogram buckets; the last bucket holds everything longer.
+pub const WAIT_BUCKETS: [Duration; 8] = [
+    Duration::from_micros(100),
+    Duration::from_millis(1),
+    Duration::from_millis(10),
+    Duration::from_millis(100),
+    Duration::from_secs(1),
+    Duration::from_secs(10),
+    Duration::from_secs(60),
+    Duration::MAX,
+];
+
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) acquired: AtomicU64,
+    pub(crate) busy: AtomicU64,
+    pub(crate) lost: AtomicU64,
+    pub(crate) renewal_calls: AtomicU64,
+    pub(crate) renewed: AtomicU64,
+    pub(crate) released: AtomicU64,
+    pub(crate) release_found_expired: AtomicU64,
+    pub(crate) release_found_foreign: AtomicU64,
+    pub(crate) lost_ignored: AtomicU64,
+    wait: [AtomicU64; 8],
+}
+
+impl Stats {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn record_wait(&self, waited: Duration) {
+        let bucket = WAIT_BUCKETS
+            .iter()
+            .position(|bound| waited <= *bound)
+            .unwrap_or(7);
+        self.wait[bucket].fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            acquired: self.acquired.load(Relaxed),
+            busy: self.busy.load(Relaxed),
+            lost: self.lost.load(Relaxed),
+            renewal_calls: self.renewal_calls.load(Relaxed),
+            renewed: self.renewed.load(Relaxed),
+            released: self.released.load(Relaxed),
+            release_found_expired: self.release_found_expired.load(Relaxed),
+            release_found_foreign: self.release_found_foreign.load(Relaxed),
+            lost_ignored: self.lost_ignored.load(Relaxed),
+            wait_histogram: std::array::from_fn(|i| self.wait[i].load(Relaxed)),
+        }
+    }
+}
+
+/// A copy of a backend's counters, from [`Backend::stats`](crate::Backend::stats).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Locks acquired.
+    pub acquired: u64,
+    /// Acquisitions that gave up with [`LockError::Busy`](crate::LockError::Busy).
+    pub busy: u64,
+    /// Leases lost while held.
+    pub lost: u64,
+    /// Renewal script calls (each renews a batch of leases).
+    pub renewal_calls: u64,
+    /// Leases renewed (summed over batches).
+    pub renewed: u64,
+    /// Releases that deleted our own lock.
+    pub released: u64,
+    /// Releases that found the lock already expired.
+    pub release_found_expired: u64,
+    /// Releases that found another owner holding the key (left untouched).
+    pub release_found_foreign: u64,
+    /// Losses that an `on_lost = "ignore"` call ran through.
+    pub lost_ignored: u64,
+    /// Acquisitions by time waited, bucketed by [`WAIT_BUCKETS`].
+    pub wait_histogram: [u64; 8],
+}

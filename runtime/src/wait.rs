@@ -1,0 +1,92 @@
+//! Waiting for a busy lock: full-jitter exponential backoff, bounded by the remaining wait budget
+//! and the holder's remaining TTL. The pause itself goes through the store
+//! ([`Store::pause`](crate::backend::Store::pause)), the seam where release notifications wake a
+//! waiter early.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+/// First backoff ceiling.
+const BASE: Duration = Duration::from_millis(1);
+/// Largest backoff ceiling: the worst delay a waiter adds after a release it was not told about.
+const CAP: Duration = Duration::from_millis(100);
+
+/// Full-jitter exponential backoff: the n-th delay is uniform in `[0, min(CAP, BASE·2ⁿ)]`.
+#[derive(Debug, Default)]
+pub(crate) struct Backoff {
+    attempt: u32,
+}
+
+impl Backoff {
+    /// The next delay, never past the end of the wait budget (`remaining`), and never much past
+    /// the moment the holder's lease ends (`holder_ttl`), when the lock is free for sure.
+    pub(crate) fn next_delay(
+        &mut self,
+        remaining: Option<Duration>,
+        holder_ttl: Option<Duration>,
+    ) -> Duration {
+        let ceiling = BASE.saturating_mul(1 << self.attempt.min(16)).min(CAP);
+        self.attempt += 1;
+        let mut delay = ceiling.mul_f64(unit_random());
+        if let Some(ttl) = holder_ttl {
+            delay = delay.min(ttl + Duration::from_millis(1));
+        }
+        if let Some(remaining) = remaining {
+            delay = delay.min(remaining);
+        }
+        delay
+    }
+}
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new({
+        let mut seed = [0u8; 8];
+        // Jitter needs no secrecy; a fixed seed only loses decorrelation between processes.
+        let _ = getrandom::fill(&mut seed);
+        u64::from_le_bytes(seed) | 1
+    });
+}
+
+/// A uniform number in `[0, 1)` from a per-thread xorshift generator.
+fn unit_random() -> f64 {
+    RNG.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_stay_within_ceiling_budget_and_holder_ttl() {
+        let mut backoff = Backoff::default();
+        for n in 0..40u32 {
+            let ceiling = BASE.saturating_mul(1 << n.min(16)).min(CAP);
+            assert!(backoff.next_delay(None, None) <= ceiling);
+        }
+        let mut backoff = Backoff { attempt: 30 };
+        assert!(
+            backoff.next_delay(Some(Duration::from_millis(3)), None) <= Duration::from_millis(3)
+        );
+        assert!(
+            backoff.next_delay(None, Some(Duration::from_millis(2))) <= Duration::from_millis(3)
+        );
+    }
+
+    #[test]
+    fn jitter_spreads_delays() {
+        let mut backoff = Backoff { attempt: 30 };
+        let delays: Vec<_> = (0..64).map(|_| backoff.next_delay(None, None)).collect();
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        assert!(
+            distinct.len() > 32,
+            "full jitter must not repeat delays: {delays:?}"
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! The watchdog: one task per backend renews every live watchdog lease in batched script calls,
+//! and notices expiry of any lease, with one timer for all of them.
+//!
+//! Leases are registered when acquired and deregistered the moment their call returns, panics or
+//! is dropped (the guard's `Drop` does it synchronously), so renewal never outlives the call. The
+//! task exits when no lease is registered and is spawned again, on the current runtime, by the
+//! next registration.
+
+use crate::backend::{BackendInner, Ownership, Renewal};
+use crate::lease::HeldLease;
+use crate::stats::Stats;
+use crate::LostReason;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// Identifies one registered lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LeaseId(u64);
+
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    table: Mutex<Table>,
+    /// Wakes the task when a lease is registered (its deadlines may be earlier than the timer's).
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: u64,
+    entries: HashMap<LeaseId, Entry>,
+    /// Cleared by the task when it exits or when its runtime drops it.
+    task_alive: Option<Arc<AtomicBool>>,
+}
+
+struct Entry {
+    lease: Arc<HeldLease>,
+    next_renewal: Instant,
+    renewal_in_flight: bool,
+}
+
+/// How soon a failed renewal is retried: often enough to recover within the lease, rarely enough
+/// not to hammer a server that is down.
+fn retry_after(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
+}
+
+impl Watchdog {
+    pub(crate) fn register(&self, backend: &Arc<BackendInner>, lease: Arc<HeldLease>) -> LeaseId {
+        let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.next_id += 1;
+        let id = LeaseId(table.next_id);
+        let next_renewal = Instant::now() + lease.ttl / 3;
+        table.entries.insert(
+            id,
+            Entry {
+                lease,
+                next_renewal,
+                renewal_in_flight: false,
+            },
+        );
+        let running = table
+            .task_alive
+            .as_ref()
+            .is_some_and(|alive| alive.load(Ordering::Acquire));
+        if !running {
+            let alive = Arc::new(AtomicBool::new(true));
+            table.task_alive = Some(alive.clone());
+            tokio::spawn(run(
+                Arc::downgrade(backend),
+                self.shared.clone(),
+                AliveGuard(alive),
+            ));
+        }
+        drop(table);
+        self.shared.wake.notify_one();
+        id
+    }
+
+    pub(crate) fn deregister(&self, id: LeaseId) {
+        let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.entries.remove(&id);
+    }
+
+    /// Leases currently registered (renewed or watched for expiry).
+    pub(crate) fn registered(&self) -> usize {
+        self.shared
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .len()
+    }
+}
+
+/// Marks the task dead however it ends: by returning, or by its runtime dropping it.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+struct BatchOutcome {
+    sent_at: Instant,
+    ids: Vec<LeaseId>,
+    answers: Option<Vec<Ownership>>,
+}
+
+async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuard) {
+    let mut in_flight = FuturesUnordered::new();
+    loop {
+        let Some(inner) = backend.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut wake_at: Option<Instant> = None;
+        let mut due: Vec<(LeaseId, Arc<HeldLease>)> = Vec::new();
+        {
+            let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+            if table.entries.is_empty() && in_flight.is_empty() {
+                table.task_alive = None;
+                return;
+            }
+            for (id, entry) in table.entries.iter_mut() {
+                let lease = &entry.lease;
+                if lease.lost_reason().is_some() {
+                    continue;
+                }
+                let valid_until = lease.valid_until();
+                if now >= valid_until {
+                    lease.mark_lost(lease.expiry_reason());
+                    continue;
+                }
+                wake_at = Some(wake_at.map_or(valid_until, |at| at.min(valid_until)));
+                let may_renew = lease.renewing && lease.renew_until.is_none_or(|until| now < until);
+                if !may_renew || entry.renewal_in_flight {
+                    continue;
+                }
+                if now >= entry.next_renewal {
+                    entry.renewal_in_flight = true;
+                    due.push((*id, lease.clone()));
+                } else {
+                    wake_at =
+                        Some(wake_at.map_or(entry.next_renewal, |at| at.min(entry.next_renewal)));
+                }
+            }
+        }
+        for batch in due.chunks(inner.settings.renew_batch) {
+            in_flight.push(renew(inner.clone(), batch.to_vec()));
+        }
+        drop(inner);
+        let sleep = async {
+            match wake_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep => {}
+            () = shared.wake.notified() => {}
+            Some(outcome) = in_flight.next(), if !in_flight.is_empty() => apply(&shared, outcome),
+        }
+    }
+}
+
+async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {
+    let sent_at = Instant::now();
+    let items: Vec<Renewal<'_>> = batch
+        .iter()
+        .map(|(_, lease)| Renewal {
+            key: &lease.key,
+            owner: &lease.owner,
+            ttl: lease.ttl,
+        })
+        .collect();
+    let span = tracing::debug_span!("distlock.renew", leases = items.len());
+    let answers = {
+        let _entered = span.enter();
+        Stats::bump(&backend.stats.renewal_calls);
+        match backend.store.renew(&items).await {
+            Ok(answers) => Some(answers),
+            Err(failure) => {
+                tracing::warn!(
+                    target: "distlock::renew",
+                    leases = items.len(),
+                    error = %failure.source,
+                    "renewal failed; retrying while the leases are still valid"
+                );
+                None
+            }
+        }
+    };
+    BatchOutcome {
+        sent_at,
+        ids: batch.iter().map(|(id, _)| *id).collect(),
+        answers,
+    }
+}
+
+fn apply(shared: &Shared, outcome: BatchOutcome) {
+    let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+    let now = Instant::now();
+    for (i, id) in outcome.ids.iter().enumerate() {
+        // A lease released while its renewal was in flight is no longer ours to judge.
+        let Some(entry) = table.entries.get_mut(id) else {
+            continue;
+        };
+        entry.renewal_in_flight = false;
+        let lease = &entry.lease;
+        match outcome.answers.as_ref().map(|answers| answers[i]) {
+            Some(Ownership::Ours) => {
+                lease.renewed(outcome.sent_at);
+                Stats::bump(&lease.backend.inner.stats.renewed);
+                entry.next_renewal = outcome.sent_at + lease.ttl / 3;
+            }
+            Some(Ownership::Gone) => lease.mark_lost(LostReason::Gone),
+            Some(Ownership::Foreign) => lease.mark_lost(LostReason::Stolen),
+            None => entry.next_renewal = now + retry_after(lease.ttl),
+        }
+    }
+}
