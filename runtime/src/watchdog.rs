@@ -122,39 +122,14 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
         let Some(inner) = backend.upgrade() else {
             return;
         };
-        let now = Instant::now();
-        let mut wake_at: Option<Instant> = None;
-        let mut due: Vec<(LeaseId, Arc<HeldLease>)> = Vec::new();
-        {
+        let (due, wake_at) = {
             let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() && in_flight.is_empty() {
                 table.task_alive = None;
                 return;
             }
-            for (id, entry) in table.entries.iter_mut() {
-                let lease = &entry.lease;
-                if lease.lost_reason().is_some() {
-                    continue;
-                }
-                let valid_until = lease.valid_until();
-                if now >= valid_until {
-                    lease.mark_lost(lease.expiry_reason());
-                    continue;
-                }
-                wake_at = Some(wake_at.map_or(valid_until, |at| at.min(valid_until)));
-                let may_renew = lease.renewing && lease.renew_until.is_none_or(|until| now < until);
-                if !may_renew || entry.renewal_in_flight {
-                    continue;
-                }
-                if now >= entry.next_renewal {
-                    entry.renewal_in_flight = true;
-                    due.push((*id, lease.clone()));
-                } else {
-                    wake_at =
-                        Some(wake_at.map_or(entry.next_renewal, |at| at.min(entry.next_renewal)));
-                }
-            }
-        }
+            scan(&mut table, Instant::now())
+        };
         for batch in due.chunks(inner.settings.renew_batch) {
             in_flight.push(renew(inner.clone(), batch.to_vec()));
         }
@@ -171,6 +146,50 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
             Some(outcome) = in_flight.next(), if !in_flight.is_empty() => apply(&shared, outcome),
         }
     }
+}
+
+/// Marks expired leases lost and picks the leases to renew now; returns them with the instant the
+/// task must look again.
+///
+/// When one lease is due, every lease past half its renewal period is renewed with it: renewing a
+/// little early costs nothing, and it brings leases taken at different times into one phase, so
+/// a period needs ceil(leases / batch) calls rather than one per acquisition time.
+fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Option<Instant>) {
+    let mut wake_at: Option<Instant> = None;
+    let mut wake = |at: Instant| wake_at = Some(wake_at.map_or(at, |earliest| earliest.min(at)));
+    let mut ripe: Vec<(LeaseId, Arc<HeldLease>)> = Vec::new();
+    let mut any_due = false;
+    for (id, entry) in table.entries.iter_mut() {
+        let lease = &entry.lease;
+        if lease.lost_reason().is_some() {
+            continue;
+        }
+        let valid_until = lease.valid_until();
+        if now >= valid_until {
+            lease.mark_lost(lease.expiry_reason());
+            continue;
+        }
+        wake(valid_until);
+        let may_renew = lease.renewing && lease.renew_until.is_none_or(|until| now < until);
+        if !may_renew || entry.renewal_in_flight {
+            continue;
+        }
+        any_due |= now >= entry.next_renewal;
+        let half_period = lease.ttl / 6;
+        if now + half_period >= entry.next_renewal {
+            ripe.push((*id, lease.clone()));
+        }
+        wake(entry.next_renewal);
+    }
+    if !any_due {
+        return (Vec::new(), wake_at);
+    }
+    for (id, _) in &ripe {
+        if let Some(entry) = table.entries.get_mut(id) {
+            entry.renewal_in_flight = true;
+        }
+    }
+    (ripe, wake_at)
 }
 
 async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {

@@ -167,9 +167,14 @@ impl Backend {
     /// # let _ = backend;
     /// ```
     pub fn in_process() -> Backend {
-        BackendBuilder::new("memory://".into())
+        Backend::in_process_builder()
             .build()
-            .expect("the in-process backend has no settings that can be wrong")
+            .expect("the default settings are valid")
+    }
+
+    /// A builder for the in-process backend, to adjust its settings.
+    pub fn in_process_builder() -> BackendBuilder {
+        BackendBuilder::new("memory://".into())
     }
 
     /// The registry name, or `"unregistered"` for a backend used only through [`Lock::on`](crate::Lock::on).

@@ -1,0 +1,121 @@
+//! Worker processes for multi-process tests: the test binary runs itself again, filtered to one
+//! `#[test]` that acts as the worker when `DISTLOCK_WORKER_ROLE` is set.
+//!
+//! Workers talk over stdin/stdout lines: a worker prints `@@<event> <data>`, the parent waits for
+//! the event (a channel fed by a reader thread, bounded by a deadline — no sleeps).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub const ROLE_ENV: &str = "DISTLOCK_WORKER_ROLE";
+
+/// The role this process plays, when it was started as a worker.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE_ENV).ok()
+}
+
+/// Prints an event for the parent.
+pub fn report(event: &str, data: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "@@{event} {data}").unwrap();
+    out.flush().unwrap();
+}
+
+/// Blocks until the parent sends a line.
+pub fn read_line() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    line.trim().to_owned()
+}
+
+pub struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<String>,
+}
+
+impl Worker {
+    /// Runs `test` of the current test binary as a worker in `role`, with extra environment.
+    pub fn spawn(test: &str, role: &str, env: &[(&str, String)]) -> Worker {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("spawn worker");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, events) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                // libtest prints `test worker_entry ... ` before the first event, on the same line.
+                if let Some((_, event)) = line.split_once("@@") {
+                    if sender.send(event.to_owned()).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Worker {
+            stdin: child.stdin.take(),
+            child,
+            events,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Waits for the next event named `event` and returns its data.
+    pub fn expect(&self, event: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(line) => {
+                    let (name, data) = line.split_once(' ').unwrap_or((&line, ""));
+                    if name == event {
+                        return data.to_owned();
+                    }
+                }
+                Err(err) => panic!(
+                    "worker {} sent no `{event}` within {within:?}: {err}",
+                    self.pid()
+                ),
+            }
+        }
+    }
+
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // The child is ours and not yet reaped (we reap only in `wait`), so its PID cannot have
+        // been reused by another process.
+        let rc = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(rc, 0, "kill({}, {signal}) failed", self.pid());
+    }
+
+    pub fn wait(&mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! One conformance suite, run against every backend: the in-process backend must behave exactly
+//! like a real Redis (started by the harness for each test).
+
+mod common;
+
+use common::{Fixture, InProcess, SingleRedis};
+use distlock::__private::raw;
+use distlock::{Lease, Lock, LockError, LostReason, OnLost, Released};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::InProcess>().await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::SingleRedis>().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    acquire_then_release_frees_the_key,
+    a_held_key_is_busy_for_others,
+    a_fixed_lease_expires_and_is_reported_lost,
+    foreign_tokens_can_neither_release_nor_renew,
+    acquire_is_idempotent_for_the_same_owner,
+    fencing_tokens_increase_over_10k_grants_and_counter_loss,
+    watchdog_keeps_a_long_call_locked,
+    renewal_stops_when_the_call_returns_panics_or_is_cancelled,
+    a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone,
+    renewals_are_batched,
+    multi_key_locks_are_all_or_none,
+    nested_calls_on_a_held_key_reenter,
+    abort_drops_the_body_when_the_lease_is_lost,
+    max_hold_stops_renewal,
+    over_long_keys_are_rejected,
+);
+
+fn unique_key(test: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("{test}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+async fn acquire_then_release_frees_the_key<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("cycle");
+    let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let holder = fx.backend().inspect(&key).await.unwrap().expect("held");
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+    assert!(holder.ttl <= fx.backend().watchdog_timeout());
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(fx.backend().inspect(&key).await.unwrap(), None);
+    assert_eq!(fx.pttl(&key).await, None);
+    let stats = fx.backend().stats();
+    assert_eq!((stats.acquired, stats.released), (1, 1));
+}
+
+async fn a_held_key_is_busy_for_others<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("busy");
+    let _held = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let err = Lock::new(&key)
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    let LockError::Busy { key: busy_key, .. } = &err else {
+        panic!("expected Busy, got {err:?}")
+    };
+    assert_eq!(busy_key, &key);
+    assert!(err.to_string().contains("is held by someone else"), "{err}");
+
+    let started = Instant::now();
+    let err = Lock::new(&key)
+        .on(fx.backend())
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.is_busy(), "{err:?}");
+    assert!(
+        waited >= Duration::from_millis(200),
+        "gave up early: {waited:?}"
+    );
+    assert_eq!(fx.backend().stats().busy, 2);
+}
+
+async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("expiry");
+    let guard = Lock::new(&key)
+        .on(fx.backend())
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .acquire()
+        .await
+        .unwrap();
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(!guard.is_held());
+    // Our local validity ends before the server's TTL (drift margin): wait for the server.
+    let next = Lock::new(&key)
+        .on(fx.backend())
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("free once the lease expired on the server");
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert_eq!(guard.release().await.unwrap(), Released::TakenOver);
+    assert_eq!(fx.backend().stats().release_found_foreign, 1);
+}
+
+async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let backend = fx.backend();
+    let key = unique_key("ownership");
+    let ttl = Duration::from_secs(30);
+    let previous = raw::new_owner();
+    raw::acquire(backend, &key, &previous, ttl)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(raw::release(backend, &key, &previous).await.unwrap(), 1);
+    let owner = raw::new_owner();
+    raw::acquire(backend, &key, &owner, ttl)
+        .await
+        .unwrap()
+        .expect("free");
+
+    let mut impostors = vec![
+        String::new(),
+        previous,
+        owner[..39].to_owned(),
+        owner[..1].to_owned(),
+        format!("{owner}0"),
+        owner.to_uppercase(),
+    ];
+    while impostors.len() < 1_000 {
+        impostors.push(raw::new_owner());
+    }
+    let mut accepted = 0;
+    for impostor in &impostors {
+        accepted += (raw::release(backend, &key, impostor).await.unwrap() == 1) as usize;
+        accepted += (raw::renew(backend, &key, impostor, ttl).await.unwrap() == 1) as usize;
+        assert_eq!(
+            raw::acquire(backend, &key, impostor, ttl).await.unwrap(),
+            None
+        );
+    }
+    assert_eq!(accepted, 0, "foreign tokens released or renewed the lock");
+    assert_eq!(
+        raw::release(backend, &key, &owner).await.unwrap(),
+        1,
+        "the owner still can"
+    );
+}
+
+async fn acquire_is_idempotent_for_the_same_owner<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("idempotent");
+    let owner = raw::new_owner();
+    let first = raw::acquire(fx.backend(), &key, &owner, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let again = raw::acquire(fx.backend(), &key, &owner, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    assert_eq!(
+        first, again,
+        "a retry with the same owner is the same grant"
+    );
+    let ttl = fx.pttl(&key).await.expect("held");
+    assert!(
+        ttl > Duration::from_secs(5),
+        "the retry refreshed the TTL: {ttl:?}"
+    );
+}
+
+async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("fence");
+    let mut last = 0u64;
+    let mut decreases = 0;
+    for grant in 0..10_000 {
+        if grant % 2_500 == 1_250 {
+            fx.forget_fence_counter(&key).await;
+        }
+        let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+        let token = guard.fencing_token();
+        decreases += (token <= last) as usize;
+        last = token;
+        guard.release().await.unwrap();
+    }
+    assert_eq!(decreases, 0, "fencing tokens must strictly increase");
+    assert!(
+        last > 1_000_000_000_000_000,
+        "tokens are past 10^15 (µs clock): {last}"
+    );
+}
+
+async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
+    let ttl = Duration::from_millis(300);
+    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let key = unique_key("watchdog");
+    let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let until = Instant::now() + ttl * 3;
+    let mut probes = 0;
+    let mut interval = tokio::time::interval(ttl / 10);
+    while Instant::now() < until {
+        interval.tick().await;
+        let probe = Lock::new(&key).on(fx.backend()).acquire().await;
+        assert!(
+            matches!(probe, Err(LockError::Busy { .. })),
+            "probe {probes} got {probe:?}"
+        );
+        assert!(guard.is_held());
+        probes += 1;
+    }
+    assert!(probes >= 20);
+    assert!(
+        fx.backend().stats().renewed >= 6,
+        "{:?}",
+        fx.backend().stats()
+    );
+    guard.release().await.unwrap();
+}
+
+/// The lease's PTTL must only fall after the call ends (no renewal), and the key must be gone
+/// within one TTL.
+async fn assert_not_renewed<F: Fixture>(fx: &F, key: &str, ttl: Duration) {
+    let deadline = Instant::now() + ttl + Duration::from_millis(200);
+    let mut previous = Duration::MAX;
+    while let Some(pttl) = fx.pttl(key).await {
+        assert!(
+            pttl <= previous,
+            "PTTL rose from {previous:?} to {pttl:?}: still renewed"
+        );
+        previous = pttl;
+        assert!(Instant::now() < deadline, "{key} still held after one TTL");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn renewal_stops_when_the_call_returns_panics_or_is_cancelled<F: Fixture>() {
+    let ttl = Duration::from_millis(300);
+    let fx = Arc::new(F::start(|b| b.watchdog_timeout(ttl)));
+
+    let key = unique_key("returns");
+    Lock::new(&key)
+        .on(fx.backend())
+        .run(async {})
+        .await
+        .unwrap();
+    assert_not_renewed(&*fx, &key, ttl).await;
+
+    let key = unique_key("panics");
+    let backend = fx.backend().clone();
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let task_key = key.clone();
+    let panicked = tokio::spawn(async move {
+        Lock::new(task_key)
+            .on(&backend)
+            .run(async {
+                entered_tx.send(()).unwrap();
+                panic!("the body panics");
+            })
+            .await
+    });
+    entered_rx.await.unwrap();
+    assert!(panicked.await.unwrap_err().is_panic());
+    assert_not_renewed(&*fx, &key, ttl).await;
+
+    let key = unique_key("cancelled");
+    let backend = fx.backend().clone();
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let task_key = key.clone();
+    let cancelled = tokio::spawn(async move {
+        Lock::new(task_key)
+            .on(&backend)
+            .run(async {
+                entered_tx.send(()).unwrap();
+                std::future::pending::<()>().await
+            })
+            .await
+    });
+    entered_rx.await.unwrap();
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert_not_renewed(&*fx, &key, ttl).await;
+    assert_eq!(
+        raw::watched_leases(fx.backend()),
+        0,
+        "no lease left in the watchdog"
+    );
+}
+
+async fn a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone<F: Fixture>() {
+    let ttl = Duration::from_millis(200);
+    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let key = unique_key("stalled");
+    let backend = fx.backend().clone();
+    // A process that stops (SIGSTOP, a long GC pause) stops its watchdog too. A current-thread
+    // runtime whose one thread blocks is that process in miniature: its watchdog task (spawned on
+    // this runtime by the acquisition) cannot run while the body stalls.
+    let outcome = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(Lock::new(&key).on(&backend).run(async {
+            distlock::checkpoint()?;
+            std::thread::sleep(ttl * 2);
+            distlock::checkpoint()
+        }))
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    let err = outcome.expect_err("the stalled holder must see its lease lost");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+async fn renewals_are_batched<F: Fixture>() {
+    let ttl = Duration::from_millis(600);
+    let fx = F::start(|b| b.watchdog_timeout(ttl).renew_batch(100));
+    let mut guards = Vec::new();
+    for i in 0..1_000 {
+        guards.push(
+            Lock::new(format!("batch:{i}"))
+                .on(fx.backend())
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    // One period to bring the leases into phase, then count over two more.
+    let period = ttl / 3;
+    tokio::time::sleep(period).await;
+    let before = fx.backend().stats();
+    tokio::time::sleep(period * 2).await;
+    let after = fx.backend().stats();
+    let calls = after.renewal_calls - before.renewal_calls;
+    let renewed = after.renewed - before.renewed;
+    assert!(
+        renewed >= 1_000,
+        "every lease renewed at least once: {renewed}"
+    );
+    // ceil(1000 / 100) calls a period, plus one period boundary falling inside the window.
+    assert!(
+        calls <= 3 * 10,
+        "{calls} renewal calls for {renewed} renewals in two periods: not batched"
+    );
+    assert!(guards.iter().all(|guard| guard.is_held()));
+}
+
+async fn multi_key_locks_are_all_or_none<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let (a, b, c) = (
+        unique_key("multi-a"),
+        unique_key("multi-b"),
+        unique_key("multi-c"),
+    );
+    let held_b = Lock::new(&b).on(fx.backend()).acquire().await.unwrap();
+    let err = Lock::keys([&a, &b, &c])
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy());
+    assert_eq!(
+        fx.backend().inspect(&a).await.unwrap(),
+        None,
+        "none: a was given back"
+    );
+    assert_eq!(
+        fx.backend().inspect(&c).await.unwrap(),
+        None,
+        "none: c never taken"
+    );
+    held_b.release().await.unwrap();
+    let all = Lock::keys([&c, &a, &b])
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = all.keys().collect();
+    let mut sorted = vec![a.as_str(), b.as_str(), c.as_str()];
+    sorted.sort();
+    assert_eq!(keys, sorted, "canonical order");
+    all.release().await.unwrap();
+
+    // Opposite orders at once cannot deadlock.
+    let backend = fx.backend().clone();
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let keys = if i % 2 == 0 {
+            [a.clone(), b.clone()]
+        } else {
+            [b.clone(), a.clone()]
+        };
+        let backend = backend.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                Lock::keys(keys.clone())
+                    .on(&backend)
+                    .wait(Duration::from_secs(10))
+                    .run(tokio::task::yield_now())
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+async fn nested_calls_on_a_held_key_reenter<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("reentrant");
+    let backend = fx.backend();
+    let (outer, inner) = Lock::new(&key)
+        .on(backend)
+        .run(async {
+            let outer = distlock::fencing_token();
+            let inner = Lock::new(&key)
+                .on(backend)
+                .run(async { distlock::fencing_token() })
+                .await
+                .unwrap();
+            assert!(
+                distlock::is_held(),
+                "the inner call did not release the outer lock"
+            );
+            (outer, inner)
+        })
+        .await
+        .unwrap();
+    assert_eq!(outer, inner, "no second acquisition");
+    assert_eq!(backend.stats().acquired, 1);
+    assert_eq!(
+        backend.inspect(&key).await.unwrap(),
+        None,
+        "the outer call released"
+    );
+}
+
+async fn abort_drops_the_body_when_the_lease_is_lost<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("abort");
+    let (reached_end_tx, mut reached_end_rx) = tokio::sync::oneshot::channel::<()>();
+    let err = Lock::new(&key)
+        .on(fx.backend())
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .on_lost(OnLost::Abort)
+        .run(async {
+            std::future::pending::<()>().await;
+            reached_end_tx.send(()).unwrap();
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(reached_end_rx.try_recv().is_err(), "the body was dropped");
+}
+
+async fn max_hold_stops_renewal<F: Fixture>() {
+    let ttl = Duration::from_millis(200);
+    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let key = unique_key("max-hold");
+    let guard = Lock::new(&key)
+        .on(fx.backend())
+        .max_hold(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::MaxHoldExceeded,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "renewed until max_hold"
+    );
+}
+
+async fn over_long_keys_are_rejected<F: Fixture>() {
+    let fx = F::start(|b| b.max_key_len(64));
+    let err = Lock::new("k".repeat(65))
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("65 bytes long, over the backend's limit of 64"),
+        "{err}"
+    );
+    Lock::new("k".repeat(64))
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let err = Lock::new("a{b}")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+}

@@ -1,0 +1,262 @@
+//! Faults between the client and one real Redis: lost replies, restarts, partitions, unreachable
+//! servers, and bad configuration.
+
+mod common;
+
+use common::{Fixture, SingleRedis, PREFIX};
+use distlock::{Backend, Lock, LockError, LostReason, Released};
+use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
+use std::time::{Duration, Instant};
+
+/// A backend that talks to `server` through a fault proxy.
+async fn through_proxy(
+    server: &RedisServer,
+    configure: impl FnOnce(distlock::BackendBuilder) -> distlock::BackendBuilder,
+) -> (FaultProxy, Backend) {
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = configure(Backend::builder(proxy.url()).prefix(PREFIX))
+        .build()
+        .unwrap();
+    // Open the connection (and load the scripts) before any fault is armed, so the fault hits the
+    // command under test rather than the connection handshake.
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    (proxy, backend)
+}
+
+fn fence_counter(server: &RedisServer, key: &str) -> u64 {
+    let counter = format!("{}:fence", SingleRedis::lock_key(key));
+    server
+        .command(&["GET", &counter])
+        .as_str()
+        .expect("counter exists")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_acquire_reply_is_retried_into_the_same_grant() {
+    let server = RedisServer::start();
+    let (proxy, backend) = through_proxy(&server, |b| b).await;
+    proxy.drop_next_reply();
+    let started = Instant::now();
+    let guard = Lock::new("lost-reply")
+        .on(&backend)
+        .acquire()
+        .await
+        .expect("the retry succeeds");
+    assert_eq!(proxy.dropped().await, 1, "the first reply was lost");
+    assert!(
+        started.elapsed() < backend.watchdog_timeout() / 2,
+        "no wait for our own lock"
+    );
+    assert_eq!(backend.stats().busy, 0, "never saw itself as busy");
+    assert_eq!(
+        fence_counter(&server, "lost-reply"),
+        guard.fencing_token(),
+        "exactly one token was issued: the retry got the first grant's token"
+    );
+    let holder = backend.inspect("lost-reply").await.unwrap().unwrap();
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_release_reply_leaves_no_lock_and_no_error() {
+    let server = RedisServer::start();
+    let (proxy, backend) = through_proxy(&server, |b| b).await;
+    let guard = Lock::new("lost-release")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap();
+    proxy.drop_next_reply();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(proxy.dropped().await, 1);
+    assert_eq!(
+        server.command(&["EXISTS", &SingleRedis::lock_key("lost-release")]),
+        Reply::Int(0)
+    );
+    let stats = backend.stats();
+    assert_eq!(
+        (stats.released, stats.release_found_expired),
+        (2, 0),
+        "{stats:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_again_after_the_server_restarts() {
+    let mut fx = SingleRedis::start(|b| b);
+    Lock::new("before")
+        .on(fx.backend())
+        .run(async {})
+        .await
+        .unwrap();
+    fx.server.restart();
+    let backend = fx.backend().clone();
+    let guard = Lock::new("after")
+        .on(&backend)
+        .acquire()
+        .await
+        .expect("reconnects and reloads the script");
+    assert!(guard.fencing_token() > 0);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_backend_error_soon() {
+    let backend = Backend::builder(format!("redis://127.0.0.1:{}", free_port()))
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = Lock::new("nobody-home")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let LockError::Backend(failure) = &err else {
+        panic!("expected Backend, got {err:?}")
+    };
+    assert_eq!(failure.operation(), "acquire");
+    assert!(
+        err.to_string()
+            .starts_with("backend `unregistered` failed during acquire"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_server_is_a_backend_error_soon() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    proxy.blackhole(true);
+    let backend = Backend::builder(proxy.url())
+        .connect_timeout(Duration::from_millis(200))
+        .response_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = Lock::new("partitioned")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_longer_than_the_lease_loses_it() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(400);
+    let (proxy, backend) = through_proxy(&server, |b| {
+        b.watchdog_timeout(ttl)
+            .response_timeout(Duration::from_millis(100))
+    })
+    .await;
+    let guard = Lock::new("partition").on(&backend).acquire().await.unwrap();
+    proxy.blackhole(true);
+    let lost = guard.lost().await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Expired,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(guard.check().is_err());
+    proxy.blackhole(false);
+}
+
+#[tokio::test]
+async fn malformed_urls_name_the_problem_without_the_password() {
+    let err = Backend::builder("redis://user:hunter2@[::1")
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("invalid lock configuration: url"),
+        "{text}"
+    );
+    assert!(!text.contains("hunter2"), "password leaked: {text}");
+    let err = Backend::builder("http://127.0.0.1:6379")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is not a lock backend URL; expected redis://"),
+        "{err}"
+    );
+    let err = Backend::builder("no scheme")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not a lock backend URL"), "{err}");
+}
+
+#[tokio::test]
+async fn an_unregistered_backend_is_not_configured() {
+    let err = Lock::new("k")
+        .backend("billing")
+        .acquire()
+        .await
+        .unwrap_err();
+    let LockError::NotConfigured { backend, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(backend, "billing");
+    assert!(
+        err.to_string().contains("register(\"billing\", backend)"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_builder_settings_are_rejected() {
+    for (builder, needle) in [
+        (
+            Backend::in_process_builder().watchdog_timeout(Duration::ZERO),
+            "watchdog_timeout is 0s",
+        ),
+        (Backend::in_process_builder().prefix(""), "prefix is empty"),
+        (
+            Backend::in_process_builder().prefix("a{b"),
+            "prefix `a{b` contains '{'",
+        ),
+        (
+            Backend::in_process_builder().max_key_len(0),
+            "max_key_len is 0",
+        ),
+    ] {
+        let err = builder.build().unwrap_err().to_string();
+        assert!(err.contains(needle), "{err} lacks {needle}");
+    }
+    let short = Lock::new("k")
+        .on(&Backend::in_process())
+        .lease(distlock::Lease::Fixed(Duration::from_millis(99)))
+        .acquire()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        short.contains("lease is 99ms; a lease must be at least 100ms"),
+        "{short}"
+    );
+}

@@ -1,0 +1,249 @@
+//! Safety across OS processes, against one real Redis: the numbers that matter are 0 overlaps,
+//! 0 lost updates and every stale write rejected.
+//!
+//! Each test starts worker processes (this binary again, see `common::worker`) and prints its
+//! figures as `SAFETY …` lines on stderr.
+
+mod common;
+
+use common::worker::{self, Worker};
+use distlock::{Backend, FencedStore, FencedWrite, Lock};
+use distlock_test_support::RedisServer;
+use redis::AsyncCommands;
+use std::time::{Duration, Instant};
+
+const PROCESSES: usize = 3;
+const TASKS: usize = 4;
+const SECTIONS_PER_TASK: usize = 40;
+
+/// The entry point of every worker process; a no-op in a normal test run.
+#[test]
+fn worker_entry() {
+    let Some(role) = worker::role() else { return };
+    let url = std::env::var("REDIS_URL").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        match role.as_str() {
+            "contend" => contend(&url).await,
+            "hold" => hold(&url).await,
+            other => panic!("unknown worker role {other}"),
+        }
+    });
+}
+
+fn backend(url: &str, watchdog: Duration) -> Backend {
+    Backend::builder(url)
+        .prefix("safety")
+        .watchdog_timeout(watchdog)
+        .build()
+        .unwrap()
+}
+
+/// Read-modify-write of a counter without atomic commands, under the lock, from several tasks.
+async fn contend(url: &str) {
+    let backend = backend(url, Duration::from_secs(2));
+    let client = redis::Client::open(url).unwrap();
+    let fenced = std::sync::Arc::new(FencedStore::open(url).unwrap());
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let backend = backend.clone();
+        let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+        let fenced = fenced.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut overlaps, mut rejected) = (0u64, 0u64);
+            for _ in 0..SECTIONS_PER_TASK {
+                Lock::new("counter")
+                    .on(&backend)
+                    .wait(Duration::from_secs(60))
+                    .run(async {
+                        let inside: i64 = redis.incr("inside", 1).await.unwrap();
+                        overlaps += (inside != 1) as u64;
+                        let value: i64 = redis.get("value").await.unwrap_or(0);
+                        // Widen the window between read and write.
+                        tokio::task::yield_now().await;
+                        let _: () = redis.set("value", value + 1).await.unwrap();
+                        let token = distlock::fencing_token().unwrap();
+                        let written = fenced
+                            .write("fenced-value", token, (value + 1).to_string().as_bytes())
+                            .await
+                            .unwrap();
+                        rejected += (written != FencedWrite::Applied) as u64;
+                        let _: i64 = redis.decr("inside", 1).await.unwrap();
+                    })
+                    .await
+                    .unwrap();
+            }
+            (overlaps, rejected)
+        }));
+    }
+    let (mut overlaps, mut rejected) = (0, 0);
+    for task in tasks {
+        let (o, r) = task.await.unwrap();
+        overlaps += o;
+        rejected += r;
+    }
+    worker::report("done", format!("{overlaps} {rejected}"));
+}
+
+/// Takes the lock, reports its token, and waits for the parent; then checks and writes.
+async fn hold(url: &str) {
+    let backend = backend(url, Duration::from_millis(500));
+    let fenced = FencedStore::open(url).unwrap();
+    Lock::new("held")
+        .on(&backend)
+        .run(async {
+            let token = distlock::fencing_token().unwrap();
+            worker::report("acquired", token);
+            let order = tokio::task::spawn_blocking(worker::read_line)
+                .await
+                .unwrap();
+            assert_eq!(order, "go");
+            let check = match distlock::checkpoint() {
+                Ok(()) => "held".to_owned(),
+                Err(err) => format!("lost: {err}"),
+            };
+            worker::report("checkpoint", check);
+            let write = fenced
+                .write("resource", token, b"late write")
+                .await
+                .unwrap();
+            worker::report("write", format!("{write:?}"));
+        })
+        .await
+        .unwrap();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
+    let server = RedisServer::start();
+    let started = Instant::now();
+    let mut workers: Vec<Worker> = (0..PROCESSES)
+        .map(|_| Worker::spawn("worker_entry", "contend", &[("REDIS_URL", server.url())]))
+        .collect();
+    let (mut overlaps, mut rejected) = (0u64, 0u64);
+    for worker in &workers {
+        let done = worker.expect("done", Duration::from_secs(120));
+        let mut figures = done.split(' ').map(|n| n.parse::<u64>().unwrap());
+        overlaps += figures.next().unwrap();
+        rejected += figures.next().unwrap();
+    }
+    for worker in &mut workers {
+        assert!(worker.wait().success());
+    }
+    let sections = (PROCESSES * TASKS * SECTIONS_PER_TASK) as i64;
+    let value: i64 = server
+        .command(&["GET", "value"])
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let lost_updates = sections - value;
+    eprintln!(
+        "SAFETY contention: {PROCESSES} processes x {TASKS} tasks, {sections} sections in {:?}: \
+         {overlaps} overlaps, {lost_updates} lost updates, {rejected} fenced writes rejected",
+        started.elapsed()
+    );
+    assert_eq!(overlaps, 0, "two holders were inside at once");
+    assert_eq!(lost_updates, 0, "read-modify-write lost updates");
+    assert_eq!(rejected, 0, "a current holder's fenced write was rejected");
+}
+
+#[test]
+fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
+    let server = RedisServer::start();
+    let mut holder = Worker::spawn("worker_entry", "hold", &[("REDIS_URL", server.url())]);
+    let stale_token: u64 = holder
+        .expect("acquired", Duration::from_secs(30))
+        .parse()
+        .unwrap();
+    holder.signal(libc::SIGSTOP);
+    let stopped_at = Instant::now();
+
+    let runtime = runtime();
+    let backend = backend(&server.url(), Duration::from_secs(5));
+    let (guard, taken_after) = runtime.block_on(async {
+        // Succeeds once the paused holder's lease runs out on the server.
+        let guard = Lock::new("held")
+            .on(&backend)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let taken_after = stopped_at.elapsed();
+        let fenced = FencedStore::open(&server.url()).unwrap();
+        let written = fenced
+            .write("resource", guard.fencing_token(), b"new holder")
+            .await
+            .unwrap();
+        assert_eq!(written, FencedWrite::Applied);
+        (guard, taken_after)
+    });
+    let fresh_token = guard.fencing_token();
+    assert!(fresh_token > stale_token);
+
+    holder.signal(libc::SIGCONT);
+    holder.send("go");
+    let checkpoint = holder.expect("checkpoint", Duration::from_secs(30));
+    let write = holder.expect("write", Duration::from_secs(30));
+    assert!(holder.wait().success());
+    runtime.block_on(guard.release()).unwrap();
+    eprintln!(
+        "SAFETY pause: holder stopped past its 500ms lease; lock taken over after {taken_after:?}; \
+         on SIGCONT its checkpoint said `{checkpoint}`; its late write: {write}"
+    );
+    assert!(
+        checkpoint.starts_with("lost"),
+        "checkpoint after the pause: {checkpoint}"
+    );
+    assert_eq!(
+        write,
+        format!(
+            "{:?}",
+            FencedWrite::Rejected {
+                highest: fresh_token
+            }
+        )
+    );
+}
+
+#[test]
+fn a_killed_holder_is_taken_over_within_its_lease() {
+    let server = RedisServer::start();
+    let mut holder = Worker::spawn("worker_entry", "hold", &[("REDIS_URL", server.url())]);
+    holder.expect("acquired", Duration::from_secs(30));
+    holder.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    assert!(!holder.wait().success());
+    let takeover = runtime().block_on(async {
+        let backend = backend(&server.url(), Duration::from_secs(5));
+        let guard = Lock::new("held")
+            .on(&backend)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let takeover = killed_at.elapsed();
+        guard.release().await.unwrap();
+        takeover
+    });
+    eprintln!(
+        "SAFETY kill: holder with a 500ms watchdog lease SIGKILLed; taken over after {takeover:?}"
+    );
+    let lease = Duration::from_millis(500);
+    assert!(
+        takeover <= lease + Duration::from_millis(300),
+        "takeover took {takeover:?}"
+    );
+}

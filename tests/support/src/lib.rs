@@ -1,0 +1,40 @@
+//! Test harness for distlock: real `redis-server` processes and a
+//! fault-injecting TCP proxy, all on 127.0.0.1.
+//!
+//! * [`RedisServer`] starts `redis-server` (from `PATH`, or the binary named
+//!   by `DISTLOCK_REDIS_SERVER`) on a free port with its own temp dir, waits
+//!   for its "Ready to accept connections" log line, and stops, kills,
+//!   pauses or restarts it by PID. It never touches a server it did not
+//!   start, and never uses port 6379.
+//! * [`FaultProxy`] sits between a client and a server and can delay,
+//!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
+//! * [`Reply`], [`frame_len`] and [`encode_command`] are a small RESP codec,
+//!   written by hand so that checking the `redis` crate's behaviour does not
+//!   depend on the `redis` crate.
+//!
+//! ```no_run
+//! use distlock_test_support::{RedisServer, Reply};
+//!
+//! let server = RedisServer::start();
+//! assert_eq!(server.command(&["SET", "k", "v"]), Reply::Simple("OK".into()));
+//! assert_eq!(server.command(&["GET", "k"]).as_str().as_deref(), Some("v"));
+//! ```
+//!
+//! Waiting is event-driven throughout (log lines, `waitpid`, channels);
+//! every wait has a deadline and panics with the server log's tail when it
+//! passes, rather than hanging the test run.
+
+#![cfg(unix)]
+
+mod client;
+mod ports;
+mod process;
+mod proxy;
+mod resp;
+mod server;
+
+pub use client::{command_at, pipeline_at};
+pub use ports::free_port;
+pub use proxy::FaultProxy;
+pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
+pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV};
