@@ -3,9 +3,11 @@
 use crate::backend::Backend;
 use crate::owner::Owner;
 use crate::stats::Stats;
+use crate::wait::Turn;
 use crate::{LockError, LostReason};
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -44,6 +46,9 @@ pub(crate) struct HeldLease {
     pub(crate) renew_until: Option<Instant>,
     valid_until: AtomicU64,
     lost: watch::Sender<Option<LostReason>>,
+    /// The process-local turn for the key: other local waiters stay queued while we hold it.
+    /// Given up on release, and as soon as the lease is lost — the key is no longer ours to keep.
+    turn: Mutex<Option<Turn>>,
 }
 
 impl HeldLease {
@@ -68,7 +73,18 @@ impl HeldLease {
             renew_until: max_hold.map(|hold| requested_at + hold),
             valid_until: AtomicU64::new(to_nanos(requested_at + ttl.saturating_sub(drift(ttl)))),
             lost: watch::Sender::new(None),
+            turn: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn keep_turn(&self, turn: Turn) {
+        *self.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+    }
+
+    /// Lets the next local waiter contend for the key.
+    pub(crate) fn pass_turn(&self) {
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(turn);
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -119,6 +135,7 @@ impl HeldLease {
             true
         });
         if first {
+            self.pass_turn();
             Stats::bump(&self.backend.inner.stats.lost);
             tracing::warn!(
                 target: "distlock::lost",

@@ -50,11 +50,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod acquire;
 mod backend;
 mod config;
 mod context;
 mod error;
 mod fenced;
+mod guard;
 mod key;
 mod lease;
 mod lock;
@@ -75,8 +77,9 @@ pub use config::{ENV_PREFIX, ENV_URL, ENV_WATCHDOG_TIMEOUT};
 pub use context::{checkpoint, fencing_token, is_held};
 pub use error::{BackendError, LockError, LostReason};
 pub use fenced::{FencedStore, FencedWrite};
+pub use guard::{LockGuard, Released};
 pub use key::KeyBuilder;
-pub use lock::{Lock, LockGuard, Released};
+pub use lock::Lock;
 pub use policy::{Lease, OnLost, Wait};
 pub use registry::{Registry, DEFAULT_BACKEND};
 pub use stats::{StatsSnapshot, WAIT_BUCKETS};

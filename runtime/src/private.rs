@@ -120,4 +120,29 @@ pub mod raw {
     pub fn watched_leases(backend: &Backend) -> usize {
         backend.inner.watchdog.registered()
     }
+
+    /// Tasks queued locally behind another task's turn, over all keys.
+    pub fn local_waiters(backend: &Backend) -> usize {
+        backend.inner.gates.queued()
+    }
+
+    /// Keys with a local turn out (held, contended or waited for by some task).
+    pub fn local_keys(backend: &Backend) -> usize {
+        backend.inner.gates.keys()
+    }
+
+    /// Release-notification channels with a local watcher.
+    pub fn watched_channels(backend: &Backend) -> usize {
+        backend.inner.store.watched_channels()
+    }
+
+    /// Test hook: pause this long between a "busy" reply and the subscription to the key's
+    /// release notifications — the window subscribe-before-check closes.
+    pub fn set_subscribe_delay(backend: &Backend, delay: Duration) {
+        *backend
+            .inner
+            .subscribe_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = delay;
+    }
 }

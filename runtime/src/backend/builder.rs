@@ -31,6 +31,7 @@ pub struct BackendBuilder {
     max_key_len: usize,
     fence_counter_ttl: Duration,
     renew_batch: usize,
+    max_backoff: Duration,
     timeouts: Timeouts,
 }
 
@@ -43,6 +44,7 @@ impl BackendBuilder {
             max_key_len: 512,
             fence_counter_ttl: Duration::from_secs(3600),
             renew_batch: 256,
+            max_backoff: Duration::from_millis(100),
             timeouts: Timeouts::default(),
         }
     }
@@ -78,6 +80,13 @@ impl BackendBuilder {
     /// Most leases renewed by one script call. Default 256.
     pub fn renew_batch(mut self, leases: usize) -> Self {
         self.renew_batch = leases;
+        self
+    }
+
+    /// The longest a waiter sleeps between tries when no release notification arrives: the worst
+    /// delay a lost notification can add. Default 100 ms.
+    pub fn max_backoff(mut self, delay: Duration) -> Self {
+        self.max_backoff = delay;
         self
     }
 
@@ -118,6 +127,12 @@ impl BackendBuilder {
                 "is 0; it must be at least 1",
             ));
         }
+        if self.max_backoff < Duration::from_millis(1) {
+            return Err(LockError::invalid_config(
+                "max_backoff",
+                "must be at least 1ms",
+            ));
+        }
         if self.fence_counter_ttl < Duration::from_millis(1) {
             return Err(LockError::invalid_config(
                 "fence_counter_ttl",
@@ -149,10 +164,13 @@ impl BackendBuilder {
                     watchdog_timeout: self.watchdog_timeout,
                     max_key_len: self.max_key_len,
                     renew_batch: self.renew_batch,
+                    max_backoff: self.max_backoff,
                 },
                 store,
                 watchdog: Watchdog::default(),
                 stats: Stats::default(),
+                gates: Arc::default(),
+                subscribe_delay: std::sync::Mutex::new(Duration::ZERO),
                 kind,
             }),
         })

@@ -8,17 +8,18 @@
 
 use super::{Acquired, Holder, Ownership, Renewal, Store, StoreResult};
 use crate::owner::Owner;
+use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::Notify;
 
 pub(crate) struct InProcessStore {
     state: Mutex<State>,
     fence_counter_ttl: Duration,
-    /// Signalled on every release, so local waiters retry at once.
-    released: Notify,
+    /// Release notifications for local waiters, by key.
+    channels: Arc<Channels>,
 }
 
 #[derive(Default)]
@@ -44,7 +45,7 @@ impl InProcessStore {
         InProcessStore {
             state: Mutex::new(State::default()),
             fence_counter_ttl,
-            released: Notify::new(),
+            channels: Arc::default(),
         }
     }
 
@@ -142,7 +143,7 @@ impl Store for InProcessStore {
             outcome
         });
         if outcome == Ownership::Ours {
-            self.released.notify_waiters();
+            self.channels.notify(key);
         }
         Box::pin(future::ready(Ok(outcome)))
     }
@@ -176,12 +177,15 @@ impl Store for InProcessStore {
         Box::pin(future::ready(Ok(holder)))
     }
 
-    fn pause<'a>(&'a self, _key: &'a str, delay: Duration) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = self.released.notified() => {}
-            }
-        })
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch> {
+        // Releases notify under no lock of the waiter's, and registration is immediate: in force
+        // as soon as it returns.
+        let watch = self.channels.register(key, None);
+        self.channels.confirm(key);
+        Box::pin(future::ready(watch))
+    }
+
+    fn watched_channels(&self) -> usize {
+        self.channels.watched()
     }
 }

@@ -9,6 +9,7 @@ pub use builder::BackendBuilder;
 
 use crate::owner::Owner;
 use crate::stats::{Stats, StatsSnapshot};
+use crate::wait::{Gates, ReleaseWatch};
 use crate::watchdog::Watchdog;
 use crate::{BackendError, LockError};
 use futures_util::future::BoxFuture;
@@ -86,11 +87,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Who holds `key` now.
     fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<Option<Holder>>>;
 
-    /// Sleep up to `delay`, returning early when the store learns that `key` was released.
-    /// The release-notification seam: a store without notifications just sleeps.
-    fn pause<'a>(&'a self, _key: &'a str, delay: Duration) -> BoxFuture<'a, ()> {
-        Box::pin(tokio::time::sleep(delay))
-    }
+    /// Registers for `key`'s release notifications; resolves once the registration is in force
+    /// on the server, so a check made after it cannot miss a release (subscribe-before-check).
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch>;
+
+    /// Channels with at least one local waiter (for tests of cleanup).
+    fn watched_channels(&self) -> usize;
 }
 
 /// Settings shared by every backend kind; each builder setter documents its default.
@@ -100,6 +102,7 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) renew_batch: usize,
+    pub(crate) max_backoff: Duration,
 }
 
 /// The smallest lease the library accepts: below it, clock drift and one round trip eat the lease.
@@ -139,6 +142,9 @@ pub(crate) struct BackendInner {
     pub(crate) store: Box<dyn Store>,
     pub(crate) watchdog: Watchdog,
     pub(crate) stats: Stats,
+    pub(crate) gates: Arc<Gates>,
+    /// Test hook: a pause between "busy" and "subscribed", to prove the window is closed.
+    pub(crate) subscribe_delay: std::sync::Mutex<Duration>,
     pub(crate) kind: &'static str,
 }
 

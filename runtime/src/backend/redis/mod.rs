@@ -2,14 +2,19 @@
 //!
 //! Every operation is one script call sent by SHA. The connection is a redis-rs
 //! `ConnectionManager`: multiplexed (every task shares one socket), reconnecting by itself.
+//! Release notifications arrive on a second, pub/sub connection ([`pubsub`]).
+
+mod pubsub;
 
 use super::{Acquired, Holder, Ownership, Renewal, Store, StoreFailure, StoreResult};
 use crate::config::redact_url;
 use crate::key::KeyNames;
 use crate::owner::Owner;
 use crate::scripts::{LuaScript, ACQUIRE, INSPECT, RELEASE, RENEW};
+use crate::wait::ReleaseWatch;
 use crate::LockError;
 use futures_util::future::BoxFuture;
+use pubsub::Subscriber;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +43,7 @@ pub(crate) struct RedisStore {
     fence_counter_ttl_ms: u64,
     timeouts: Timeouts,
     connection: Mutex<Option<Bound>>,
+    subscriber: Arc<Subscriber>,
 }
 
 /// A connection bound to the tokio runtime that opened it. Its background tasks die with that
@@ -82,6 +88,7 @@ impl RedisStore {
             )
         })?;
         Ok(RedisStore {
+            subscriber: Subscriber::new(client.clone(), timeouts),
             client,
             prefix: prefix.to_owned(),
             fence_counter_ttl_ms: fence_counter_ttl.as_millis().max(1) as u64,
@@ -272,5 +279,13 @@ impl Store for RedisStore {
                 None => Err(unexpected("inspect", reply)),
             }
         })
+    }
+
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch> {
+        Box::pin(async move { self.subscriber.watch(&self.names(key).channel).await })
+    }
+
+    fn watched_channels(&self) -> usize {
+        self.subscriber.watched()
     }
 }

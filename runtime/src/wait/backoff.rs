@@ -1,23 +1,25 @@
-//! Waiting for a busy lock: full-jitter exponential backoff, bounded by the remaining wait budget
-//! and the holder's remaining TTL. The pause itself goes through the store
-//! ([`Store::pause`](crate::backend::Store::pause)), the seam where release notifications wake a
-//! waiter early.
+//! The safety net under release notifications: full-jitter exponential backoff, bounded by the
+//! remaining wait budget and the holder's remaining TTL.
 
 use std::cell::Cell;
 use std::time::Duration;
 
 /// First backoff ceiling.
 const BASE: Duration = Duration::from_millis(1);
-/// Largest backoff ceiling: the worst delay a waiter adds after a release it was not told about.
-const CAP: Duration = Duration::from_millis(100);
 
-/// Full-jitter exponential backoff: the n-th delay is uniform in `[0, min(CAP, BASE·2ⁿ)]`.
-#[derive(Debug, Default)]
+/// Full-jitter exponential backoff: the n-th delay is uniform in `[0, min(cap, BASE·2ⁿ)]`. The
+/// cap is the worst delay a waiter adds after a release it was not told about.
+#[derive(Debug)]
 pub(crate) struct Backoff {
     attempt: u32,
+    cap: Duration,
 }
 
 impl Backoff {
+    pub(crate) fn new(cap: Duration) -> Self {
+        Backoff { attempt: 0, cap }
+    }
+
     /// The next delay, never past the end of the wait budget (`remaining`), and never much past
     /// the moment the holder's lease ends (`holder_ttl`), when the lock is free for sure.
     pub(crate) fn next_delay(
@@ -25,7 +27,7 @@ impl Backoff {
         remaining: Option<Duration>,
         holder_ttl: Option<Duration>,
     ) -> Duration {
-        let ceiling = BASE.saturating_mul(1 << self.attempt.min(16)).min(CAP);
+        let ceiling = BASE.saturating_mul(1 << self.attempt.min(16)).min(self.cap);
         self.attempt += 1;
         let mut delay = ceiling.mul_f64(unit_random());
         if let Some(ttl) = holder_ttl {
@@ -65,12 +67,16 @@ mod tests {
 
     #[test]
     fn delays_stay_within_ceiling_budget_and_holder_ttl() {
-        let mut backoff = Backoff::default();
+        let cap = Duration::from_millis(100);
+        let mut backoff = Backoff::new(cap);
         for n in 0..40u32 {
-            let ceiling = BASE.saturating_mul(1 << n.min(16)).min(CAP);
+            let ceiling = BASE.saturating_mul(1 << n.min(16)).min(cap);
             assert!(backoff.next_delay(None, None) <= ceiling);
         }
-        let mut backoff = Backoff { attempt: 30 };
+        let mut backoff = Backoff {
+            attempt: 30,
+            cap: Duration::from_millis(100),
+        };
         assert!(
             backoff.next_delay(Some(Duration::from_millis(3)), None) <= Duration::from_millis(3)
         );
@@ -81,7 +87,10 @@ mod tests {
 
     #[test]
     fn jitter_spreads_delays() {
-        let mut backoff = Backoff { attempt: 30 };
+        let mut backoff = Backoff {
+            attempt: 30,
+            cap: Duration::from_millis(100),
+        };
         let delays: Vec<_> = (0..64).map(|_| backoff.next_delay(None, None)).collect();
         let distinct: std::collections::HashSet<_> = delays.iter().collect();
         assert!(
