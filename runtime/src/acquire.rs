@@ -59,7 +59,8 @@ impl Request<'_> {
         let inner = &self.backend.inner;
         let store = &*inner.store;
         let owner = Owner::random();
-        let mut backoff = Backoff::new(inner.settings.max_backoff);
+        let hooks = *inner.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backoff = Backoff::new(inner.settings.max_backoff).with_floor(hooks.backoff_floor);
         let mut attempts = 0u32;
         let mut failed_in_a_row = 0u32;
         let mut maybe_taken = false;
@@ -101,12 +102,8 @@ impl Request<'_> {
                         // Subscribe, then check again: a release between the busy reply above
                         // and the subscription is caught by the re-check. (The new watch is
                         // registered before the old one, if any, is dropped.)
-                        let delay = *inner
-                            .subscribe_delay
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner());
-                        if !delay.is_zero() {
-                            tokio::time::sleep(delay).await;
+                        if !hooks.subscribe_delay.is_zero() {
+                            tokio::time::sleep(hooks.subscribe_delay).await;
                         }
                         turn.watch = Some(store.watch(&key).await);
                         subscribed_since_last_wait = true;

@@ -139,10 +139,22 @@ pub mod raw {
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
     pub fn set_subscribe_delay(backend: &Backend, delay: Duration) {
-        *backend
+        backend
             .inner
-            .subscribe_delay
+            .hooks
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = delay;
+            .unwrap_or_else(|e| e.into_inner())
+            .subscribe_delay = delay;
+    }
+
+    /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release
+    /// notification visibly waits (bounded by the holder's TTL and the wait budget).
+    pub fn set_backoff_floor(backend: &Backend, floor: Duration) {
+        backend
+            .inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .backoff_floor = floor;
     }
 }

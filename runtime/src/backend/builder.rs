@@ -170,7 +170,7 @@ impl BackendBuilder {
                 watchdog: Watchdog::default(),
                 stats: Stats::default(),
                 gates: Arc::default(),
-                subscribe_delay: std::sync::Mutex::new(Duration::ZERO),
+                hooks: std::sync::Mutex::default(),
                 kind,
             }),
         })

@@ -105,6 +105,16 @@ pub(crate) struct Settings {
     pub(crate) max_backoff: Duration,
 }
 
+/// Knobs only tests turn, to make a race or a fallback deterministic.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TestHooks {
+    /// A pause between a "busy" reply and the subscription: the window subscribe-before-check
+    /// must close.
+    pub(crate) subscribe_delay: Duration,
+    /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
+    pub(crate) backoff_floor: Duration,
+}
+
 /// The smallest lease the library accepts: below it, clock drift and one round trip eat the lease.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
@@ -143,8 +153,7 @@ pub(crate) struct BackendInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) stats: Stats,
     pub(crate) gates: Arc<Gates>,
-    /// Test hook: a pause between "busy" and "subscribed", to prove the window is closed.
-    pub(crate) subscribe_delay: std::sync::Mutex<Duration>,
+    pub(crate) hooks: std::sync::Mutex<TestHooks>,
     pub(crate) kind: &'static str,
 }
 

@@ -13,11 +13,22 @@ const BASE: Duration = Duration::from_millis(1);
 pub(crate) struct Backoff {
     attempt: u32,
     cap: Duration,
+    floor: Duration,
 }
 
 impl Backoff {
     pub(crate) fn new(cap: Duration) -> Self {
-        Backoff { attempt: 0, cap }
+        Backoff {
+            attempt: 0,
+            cap,
+            floor: Duration::ZERO,
+        }
+    }
+
+    /// Test hook: no sleep shorter than `floor` (still bounded by budget and holder TTL).
+    pub(crate) fn with_floor(mut self, floor: Duration) -> Self {
+        self.floor = floor;
+        self
     }
 
     /// The next delay, never past the end of the wait budget (`remaining`), and never much past
@@ -29,7 +40,7 @@ impl Backoff {
     ) -> Duration {
         let ceiling = BASE.saturating_mul(1 << self.attempt.min(16)).min(self.cap);
         self.attempt += 1;
-        let mut delay = ceiling.mul_f64(unit_random());
+        let mut delay = ceiling.mul_f64(unit_random()).max(self.floor);
         if let Some(ttl) = holder_ttl {
             delay = delay.min(ttl + Duration::from_millis(1));
         }
@@ -75,7 +86,7 @@ mod tests {
         }
         let mut backoff = Backoff {
             attempt: 30,
-            cap: Duration::from_millis(100),
+            ..Backoff::new(Duration::from_millis(100))
         };
         assert!(
             backoff.next_delay(Some(Duration::from_millis(3)), None) <= Duration::from_millis(3)
@@ -89,7 +100,7 @@ mod tests {
     fn jitter_spreads_delays() {
         let mut backoff = Backoff {
             attempt: 30,
-            cap: Duration::from_millis(100),
+            ..Backoff::new(Duration::from_millis(100))
         };
         let delays: Vec<_> = (0..64).map(|_| backoff.next_delay(None, None)).collect();
         let distinct: std::collections::HashSet<_> = delays.iter().collect();

@@ -1,0 +1,398 @@
+//! Waiting against real Redis: release notifications, subscribe-before-check, the backoff safety
+//! net, local convergence, budgets and cancellation.
+
+mod common;
+
+use common::worker::{self, Worker};
+use common::{Fixture, InProcess, SingleRedis, PREFIX};
+use distlock::__private::raw;
+use distlock::{Backend, Lock, LockError};
+use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use redis::AsyncCommands;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A missed wake-up under this floor shows as a wait of at least the holder's TTL (30 s).
+const NO_POLLING: Duration = Duration::from_secs(30);
+/// How long a notified waiter may take, on a loaded CI machine.
+const PROMPT: Duration = Duration::from_secs(5);
+
+fn channel(key: &str) -> String {
+    format!("{}:released", SingleRedis::lock_key(key))
+}
+
+fn subscribers(server: &RedisServer, key: &str) -> i64 {
+    match server.command(&["PUBSUB", "NUMSUB", &channel(key)]) {
+        Reply::Array(Some(items)) => items[1].as_int().unwrap(),
+        other => panic!("PUBSUB NUMSUB: {other:?}"),
+    }
+}
+
+/// Waits (bounded) until `key`'s channel has `n` subscribers on the server.
+async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
+    let deadline = Instant::now() + PROMPT;
+    while subscribers(server, key) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{key} never reached {n} subscribers"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A waiter on its own backend (so it is not queued behind the holder's local turn).
+fn spawn_waiter(
+    backend: &Backend,
+    key: &str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<Instant, LockError>> {
+    let backend = backend.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        let guard = Lock::new(key).on(&backend).wait(wait).acquire().await?;
+        let acquired = Instant::now();
+        guard.release().await?;
+        Ok(acquired)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_without_polling() {
+    let fx = SingleRedis::start(|b| b);
+    let waiters = Backend::builder(fx.server.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    let holder = Lock::new("notified")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiters, "notified", Duration::from_secs(60));
+    until_subscribers(&fx.server, "notified", 1).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap().unwrap();
+    assert!(
+        acquired - released < PROMPT,
+        "woken after {:?}",
+        acquired - released
+    );
+    until_subscribers(&fx.server, "notified", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_inside_the_subscribe_window_is_not_missed() {
+    let fx = SingleRedis::start(|b| b);
+    let waiters = Backend::builder(fx.server.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    let window = Duration::from_millis(400);
+    raw::set_subscribe_delay(&waiters, window);
+    let holder = Lock::new("window")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let waiter = spawn_waiter(&waiters, "window", Duration::from_secs(60));
+    // The waiter's first try is busy at once; release while it sits in the window, before it
+    // has subscribed.
+    tokio::time::sleep(window / 4).await;
+    assert_eq!(
+        subscribers(&fx.server, "window"),
+        0,
+        "still inside the window"
+    );
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap().unwrap();
+    let took = acquired - started;
+    assert!(
+        took >= window,
+        "the waiter went through the window: {took:?}"
+    );
+    assert!(
+        took < window + PROMPT,
+        "the re-check after subscribing must catch the release: {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_subscription_connection_resubscribes_by_itself() {
+    let fx = SingleRedis::start(|b| b);
+    let waiters = Backend::builder(fx.server.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    let holder = Lock::new("killed-sub")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiters, "killed-sub", Duration::from_secs(60));
+    until_subscribers(&fx.server, "killed-sub", 1).await;
+    let killed = fx
+        .server
+        .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .as_int()
+        .unwrap();
+    assert_eq!(killed, 1);
+    // The waiter notices, re-checks, and subscribes again on a new connection.
+    until_subscribers(&fx.server, "killed-sub", 1).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap().unwrap();
+    assert!(
+        acquired - released < PROMPT,
+        "woken after {:?}",
+        acquired - released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_notification_costs_at_most_the_backoff_cap() {
+    let fx = SingleRedis::start(|b| b);
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let cap = Duration::from_millis(300);
+    let waiters = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .max_backoff(cap)
+        .build()
+        .unwrap();
+    let holder = Lock::new("lost-note")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiters, "lost-note", Duration::from_secs(60));
+    until_subscribers(&fx.server, "lost-note", 1).await;
+    // Let the waiter's backoff grow to its cap, so only the cap bounds the wait.
+    tokio::time::sleep(cap * 4).await;
+    proxy.drop_next_reply_matching(b"message", false);
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    assert_eq!(
+        proxy.dropped().await,
+        1,
+        "the release message never reached the waiter"
+    );
+    let acquired = waiter.await.unwrap().unwrap();
+    let took = acquired - released;
+    assert!(
+        took <= cap + Duration::from_millis(200),
+        "a lost notification cost {took:?}"
+    );
+}
+
+async fn budgets_end_in_busy_on_time<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let _holder = Lock::new("budget")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let budget = Duration::from_millis(200);
+    let margin = Duration::from_millis(150);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let backend = fx.backend().clone();
+        tasks.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let err = Lock::new("budget")
+                .on(&backend)
+                .wait(budget)
+                .acquire()
+                .await
+                .unwrap_err();
+            (started.elapsed(), err)
+        }));
+    }
+    for task in tasks {
+        let (took, err) = task.await.unwrap();
+        assert!(err.is_busy(), "{err:?}");
+        assert!(
+            took >= budget && took <= budget + margin,
+            "gave up after {took:?}"
+        );
+    }
+    assert_eq!(raw::local_waiters(fx.backend()), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_end_in_busy_on_time_redis() {
+    budgets_end_in_busy_on_time::<SingleRedis>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_end_in_busy_on_time_in_process() {
+    budgets_end_in_busy_on_time::<InProcess>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
+    let fx = SingleRedis::start(|b| b);
+    let waiters = Backend::builder(fx.server.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    let _holder = Lock::new("cancel")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..10)
+        .map(|_| spawn_waiter(&waiters, "cancel", Duration::from_secs(60)))
+        .collect();
+    until_subscribers(&fx.server, "cancel", 1).await;
+    let deadline = Instant::now() + PROMPT;
+    while raw::local_waiters(&waiters) != 9 {
+        assert!(
+            Instant::now() < deadline,
+            "the other nine never queued locally"
+        );
+        tokio::task::yield_now().await;
+    }
+    for task in &tasks {
+        task.abort();
+    }
+    for task in tasks {
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+    assert_eq!(raw::local_waiters(&waiters), 0, "queue entries left");
+    assert_eq!(raw::local_keys(&waiters), 0, "a turn left behind");
+    assert_eq!(
+        raw::watched_channels(&waiters),
+        0,
+        "a local watch left behind"
+    );
+    until_subscribers(&fx.server, "cancel", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
+    let fx = SingleRedis::start(|b| b);
+    let holder = Lock::new("fifo").on(fx.backend()).acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let backend = fx.backend().clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            Lock::new("fifo")
+                .on(&backend)
+                .wait(Duration::from_secs(60))
+                .run(async { order.lock().unwrap().push(i) })
+                .await
+                .unwrap();
+        }));
+        // Arrival order is the order the tasks queue in.
+        let deadline = Instant::now() + PROMPT;
+        while raw::local_waiters(fx.backend()) != i + 1 {
+            assert!(Instant::now() < deadline);
+            tokio::task::yield_now().await;
+        }
+    }
+    let before = command_count(&fx.server, "evalsha");
+    holder.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..16).collect::<Vec<_>>());
+    let scripts = command_count(&fx.server, "evalsha") - before;
+    // One release, then for each waiter one acquire and one release: nobody polls.
+    assert_eq!(
+        scripts,
+        1 + 16 * 2,
+        "{scripts} script calls for 16 handoffs"
+    );
+}
+
+fn command_count(server: &RedisServer, command: &str) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]).as_str().unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+const WAITERS_PER_PROCESS: usize = 32;
+
+/// Worker: WAITERS_PER_PROCESS tasks, each acquiring the key once.
+#[test]
+fn worker_entry() {
+    let Some(_role) = worker::role() else { return };
+    let url = std::env::var("REDIS_URL").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let overlaps = Arc::new(AtomicUsize::new(0));
+        worker::report("ready", "");
+        assert_eq!(worker::read_line(), "go");
+        let mut tasks = Vec::new();
+        for _ in 0..WAITERS_PER_PROCESS {
+            let backend = backend.clone();
+            let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+            let overlaps = overlaps.clone();
+            tasks.push(tokio::spawn(async move {
+                Lock::new("crowd")
+                    .on(&backend)
+                    .wait(Duration::from_secs(60))
+                    .run(async {
+                        let inside: i64 = redis.incr("inside", 1).await.unwrap();
+                        if inside != 1 {
+                            overlaps.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let _: i64 = redis.incr("grants", 1).await.unwrap();
+                        let _: i64 = redis.decr("inside", 1).await.unwrap();
+                    })
+                    .await
+                    .unwrap();
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        worker::report("done", overlaps.load(Ordering::Relaxed));
+    });
+}
+
+#[test]
+fn sixty_four_waiters_in_two_processes_each_acquire_once() {
+    let server = RedisServer::start();
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|_| Worker::spawn("worker_entry", "crowd", &[("REDIS_URL", server.url())]))
+        .collect();
+    for worker in &workers {
+        worker.expect("ready", Duration::from_secs(30));
+    }
+    let started = Instant::now();
+    for worker in &mut workers {
+        worker.send("go");
+    }
+    let overlaps: usize = workers
+        .iter()
+        .map(|worker| {
+            worker
+                .expect("done", Duration::from_secs(120))
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    for worker in &mut workers {
+        assert!(worker.wait().success());
+    }
+    let grants = server.command(&["GET", "grants"]).as_int().unwrap();
+    eprintln!("WAITING crowd: 2 processes x {WAITERS_PER_PROCESS} waiters: {grants} grants, {overlaps} double grants in {:?}", started.elapsed());
+    assert_eq!(grants, 2 * WAITERS_PER_PROCESS as i64);
+    assert_eq!(overlaps, 0);
+}
