@@ -50,6 +50,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod acl;
 mod acquire;
 mod backend;
 mod config;
@@ -72,6 +73,7 @@ mod watchdog;
 #[path = "private.rs"]
 pub mod __private;
 
+pub use acl::redis_acl_rules;
 pub use backend::{Backend, BackendBuilder, Holder, MIN_LEASE};
 pub use config::{ENV_PREFIX, ENV_URL, ENV_WATCHDOG_TIMEOUT};
 pub use context::{checkpoint, fencing_token, is_held};

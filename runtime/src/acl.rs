@@ -1,0 +1,21 @@
+//! The Redis ACL a lock user needs, as rules for `ACL SETUSER`.
+
+/// ACL rules that let a Redis user do everything this library does with keys under `prefix` —
+/// and nothing else: its keys and release channels, the scripts, and the commands those scripts
+/// call.
+///
+/// Redis 7 users start with no pub/sub channels (`resetchannels`): without the `&…` rule a
+/// waiter cannot subscribe to release notifications, and the release script's `PUBLISH` fails.
+///
+/// ```
+/// let rules = distlock::redis_acl_rules("billing");
+/// assert!(rules.starts_with("resetkeys ~billing:* resetchannels &billing:*"));
+/// // ACL SETUSER locker on >secret <rules>
+/// ```
+pub fn redis_acl_rules(prefix: &str) -> String {
+    format!(
+        "resetkeys ~{prefix}:* resetchannels &{prefix}:* -@all \
+         +evalsha +eval +subscribe +unsubscribe +ping \
+         +hget +hset +pexpire +pttl +del +get +set +time +publish"
+    )
+}
