@@ -21,7 +21,9 @@ pub enum LostReason {
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            LostReason::Expired => "its validity ran out before a renewal was confirmed",
+            LostReason::Expired => {
+                "its lease ran out (a fixed lease ended, or no renewal was confirmed in time)"
+            }
             LostReason::Gone => "the key expired or was deleted on the server",
             LostReason::Stolen => "another owner holds the key now",
             LostReason::MaxHoldExceeded => "the call ran past max_hold, so renewal stopped",
@@ -110,7 +112,7 @@ impl std::error::Error for BackendError {
 #[non_exhaustive]
 pub enum LockError {
     /// Another owner held the lock for the whole wait budget.
-    #[error("lock `{key}` is held by someone else (waited {}); retry later or allow a longer `wait`", humantime::format_duration(*waited))]
+    #[error("lock `{key}` is held by someone else (waited {}); retry later or allow a longer `wait`", Rounded(*waited))]
     Busy {
         /// The rendered key.
         key: String,
@@ -170,6 +172,24 @@ impl LockError {
         LockError::InvalidConfig {
             setting: setting.into(),
             problem: problem.into(),
+        }
+    }
+}
+
+/// A wait, rounded for people: whole milliseconds, or microseconds below one.
+struct Rounded(Duration);
+
+impl fmt::Display for Rounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.as_millis();
+        if millis == 0 {
+            write!(f, "{}µs", self.0.as_micros())
+        } else {
+            write!(
+                f,
+                "{}",
+                humantime::format_duration(Duration::from_millis(millis as u64))
+            )
         }
     }
 }

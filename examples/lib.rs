@@ -1,0 +1,1 @@
+//! Runnable programs live beside this file; see `[[example]]` in Cargo.toml.
