@@ -86,4 +86,39 @@ pub use policy::{Lease, OnLost, Wait};
 pub use registry::{Registry, DEFAULT_BACKEND};
 pub use stats::{StatsSnapshot, WAIT_BUCKETS};
 
+/// # Example that runs
+///
+/// ```
+/// use distlock::{distributed_lock, Backend, LockError, Registry};
+///
+/// #[derive(Debug)]
+/// struct JobError(LockError);
+///
+/// impl From<LockError> for JobError {
+///     fn from(err: LockError) -> Self {
+///         JobError(err)
+///     }
+/// }
+///
+/// struct Job {
+///     id: u64,
+/// }
+///
+/// /// Renders `job:<job.id>` from a borrow, waits up to 250 ms, renews while it runs.
+/// #[distributed_lock(key = "job:<job.id>", wait = "250ms", backend = "jobs")]
+/// async fn run(job: &Job) -> Result<u64, JobError> {
+///     let token = distlock::fencing_token().expect("inside the lock");
+///     distlock::checkpoint()?; // inserted between statements anyway; explicit in loops
+///     Ok(token)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), JobError> {
+/// Registry::global().register("jobs", Backend::in_process())?;
+/// let first = run(&Job { id: 1 }).await?;
+/// let second = run(&Job { id: 1 }).await?;
+/// assert!(second > first, "fencing tokens increase");
+/// # Ok(())
+/// # }
+/// ```
 pub use distlock_macros::distributed_lock;

@@ -1,0 +1,330 @@
+//! The validated [`Lock`] the expansion works from, and the checks that build it.
+//!
+//! Validation reads the recorded [`Args`] and the annotated [`LockedFn`]; every problem goes to one
+//! [`Errors`] sink so a user with three mistakes sees three errors in one build.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::parse::{Parse, ParseStream};
+use syn::visit_mut::VisitMut;
+use syn::{
+    braced, Attribute, Block, Error, GenericArgument, LitStr, PathArguments, ReturnType, Signature,
+    Stmt, Token, Type, Visibility,
+};
+
+use crate::args::{Arg, Args};
+use crate::duration::{self, Lease, Wait};
+use crate::template::{Params, Template};
+
+/// Collects errors; each phase pushes and keeps going.
+#[derive(Default)]
+pub(crate) struct Errors(Option<Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn finish(self) -> Result<(), Error> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// `on_lost`: what the call does once its lease is lost (see the attribute's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    Checkpoint,
+    Abort,
+    Ignore,
+}
+
+/// Everything the expansion needs, all of it checked.
+pub(crate) struct Lock {
+    pub(crate) backend: String,
+    pub(crate) wait: Wait,
+    pub(crate) lease: Lease,
+    pub(crate) on_lost: OnLost,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) keys: Vec<Template>,
+    /// The declared return type with every `impl Trait` replaced by `_`, for the fake return edge.
+    pub(crate) output: Type,
+    /// `E` of `Result<T, E>`, as written.
+    pub(crate) error: Type,
+    /// `false` when `E` contains `impl Trait`, which cannot be named in the body: `locked`'s own
+    /// bound still checks the conversion, only the assert at `E` is left out.
+    pub(crate) error_nameable: bool,
+}
+
+/// The annotated function, parsed so that its body's top-level statements can be reached.
+pub(crate) struct LockedFn {
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: Visibility,
+    pub(crate) sig: Signature,
+    pub(crate) inner_attrs: Vec<Attribute>,
+    pub(crate) stmts: Vec<Stmt>,
+}
+
+impl Parse for LockedFn {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        let sig: Signature = input.parse().map_err(|error| {
+            Error::new(
+                error.span(),
+                "#[distributed_lock] applies to an `async fn`; this item is not a function",
+            )
+        })?;
+        if input.peek(Token![;]) {
+            return Err(Error::new(
+                sig.ident.span(),
+                "#[distributed_lock] needs the function's body; put it on the method in the trait's `impl`, not on \
+                 the declaration in the trait",
+            ));
+        }
+        let body;
+        braced!(body in input);
+        let inner_attrs = body.call(Attribute::parse_inner)?;
+        let stmts = body.call(Block::parse_within)?;
+        Ok(LockedFn {
+            attrs,
+            vis,
+            sig,
+            inner_attrs,
+            stmts,
+        })
+    }
+}
+
+/// Checks the arguments against the function; `None` when anything was pushed to `errors`.
+pub(crate) fn validate(args: Args, function: &LockedFn, errors: &mut Errors) -> Option<Lock> {
+    let shape = check_signature(&function.sig, errors);
+    let keys = check_keys(&args, &function.sig, errors);
+
+    let wait = checked(args.wait, Wait::For(Duration::ZERO), duration::wait, errors);
+    let lease = checked(args.lease, Lease::Watchdog, duration::lease, errors);
+    let on_lost = checked(args.on_lost, OnLost::Checkpoint, on_lost, errors);
+    let backend = checked(args.backend, "default".to_owned(), backend, errors);
+    let max_hold = match args.max_hold.and_then(|arg| arg.value) {
+        None => Some(None),
+        Some(lit) => {
+            if let Some(Lease::Fixed(_)) = lease {
+                errors.push(Error::new(
+                    lit.span(),
+                    "`max_hold` caps the watchdog's renewals, but a fixed `lease` is never renewed; remove \
+                     `max_hold` or use `lease = \"watchdog\"`",
+                ));
+            }
+            keep(duration::max_hold(&lit), errors).map(Some)
+        }
+    };
+
+    let (output, error, error_nameable) = shape?;
+    Some(Lock {
+        backend: backend?,
+        wait: wait?,
+        lease: lease?,
+        on_lost: on_lost?,
+        max_hold: max_hold?,
+        keys: keys?,
+        output,
+        error,
+        error_nameable,
+    })
+}
+
+/// The argument's value checked by `check`, or `default` when it was not given. A value of the
+/// wrong kind was reported by `args` already; it is treated as absent so it is reported once.
+fn checked<T>(
+    arg: Option<Arg<LitStr>>,
+    default: T,
+    check: impl FnOnce(&LitStr) -> Result<T, Error>,
+    errors: &mut Errors,
+) -> Option<T> {
+    match arg.and_then(|arg| arg.value) {
+        Some(lit) => keep(check(&lit), errors),
+        None => Some(default),
+    }
+}
+
+fn keep<T>(result: Result<T, Error>, errors: &mut Errors) -> Option<T> {
+    result.map_err(|error| errors.push(error)).ok()
+}
+
+fn on_lost(lit: &LitStr) -> Result<OnLost, Error> {
+    match lit.value().as_str() {
+        "checkpoint" => Ok(OnLost::Checkpoint),
+        "abort" => Ok(OnLost::Abort),
+        "ignore" => Ok(OnLost::Ignore),
+        other => Err(Error::new(
+            lit.span(),
+            format!("unknown `on_lost` policy `{other}`; expected one of `checkpoint`, `abort`, `ignore`"),
+        )),
+    }
+}
+
+fn backend(lit: &LitStr) -> Result<String, Error> {
+    let name = lit.value();
+    if name.trim().is_empty() {
+        return Err(Error::new(
+            lit.span(),
+            "empty `backend` name; expected a registry name, such as `\"default\"`",
+        ));
+    }
+    Ok(name)
+}
+
+/// `key` xor `keys`, every template checked against the signature.
+fn check_keys(args: &Args, sig: &Signature, errors: &mut Errors) -> Option<Vec<Template>> {
+    let literals: Vec<LitStr> = match (&args.key, &args.keys) {
+        (Some(key), Some(keys)) => {
+            let second = if key.position > keys.position {
+                &key.name
+            } else {
+                &keys.name
+            };
+            errors.push(Error::new(
+                second.span(),
+                "`key` and `keys` cannot be combined; use `key` for one lock or `keys = [..]` for several acquired \
+                 together",
+            ));
+            return None;
+        }
+        (Some(key), None) => vec![key.value.clone()?],
+        (None, Some(keys)) => keys.value.clone()?,
+        (None, None) => {
+            // No token names the missing argument; the attribute as a whole is what lacks it.
+            errors.push(Error::new(
+                Span::call_site(),
+                "missing `key`; expected `key = \"order:<order.id>\"`, or `keys = [\"a:<x>\", \"b:<y>\"]` for several",
+            ));
+            return None;
+        }
+    };
+
+    let params = Params::of(sig);
+    let mut templates = Vec::with_capacity(literals.len());
+    for (index, literal) in literals.iter().enumerate() {
+        if literals[..index]
+            .iter()
+            .any(|earlier| earlier.value() == literal.value())
+        {
+            errors.push(Error::new(
+                literal.span(),
+                format!(
+                    "duplicate key template `{}`; every key of one lock must differ",
+                    literal.value()
+                ),
+            ));
+            continue;
+        }
+        if let Some(template) = Template::check(literal, &params, errors) {
+            templates.push(template);
+        }
+    }
+    (templates.len() == literals.len()).then_some(templates)
+}
+
+/// An `async fn`, not `const` or `extern`, returning `Result<T, E>`: the declared output (with
+/// `impl Trait` erased), `E`, and whether `E` can be named in the body.
+fn check_signature(sig: &Signature, errors: &mut Errors) -> Option<(Type, Type, bool)> {
+    let mut ok = true;
+    if let Some(constness) = &sig.constness {
+        ok = false;
+        errors.push(Error::new(
+            constness.span,
+            "#[distributed_lock] cannot be used on a `const fn`; a lock is taken at run time, so expected an `async fn`",
+        ));
+    } else if let Some(abi) = &sig.abi {
+        ok = false;
+        errors.push(Error::new_spanned(
+            abi,
+            "#[distributed_lock] cannot be used on an `extern` fn; expected a Rust `async fn`",
+        ));
+    } else if sig.asyncness.is_none() {
+        ok = false;
+        errors.push(Error::new(
+            sig.fn_token.span,
+            "#[distributed_lock] requires an `async fn`",
+        ));
+    }
+
+    let declared = match &sig.output {
+        ReturnType::Type(_, ty) => ty,
+        ReturnType::Default => {
+            errors.push(Error::new(
+                sig.ident.span(),
+                "#[distributed_lock] requires a return type of `Result<T, E>` where `E: From<distlock::LockError>`; \
+                 this function returns `()`",
+            ));
+            return None;
+        }
+    };
+    let error = match result_error_type(declared) {
+        Ok(error) => error.clone(),
+        Err(message) => {
+            errors.push(Error::new_spanned(declared, message));
+            return None;
+        }
+    };
+    let mut output = (**declared).clone();
+    ImplTraitEraser::default().visit_type_mut(&mut output);
+    let mut in_error = ImplTraitEraser::default();
+    in_error.visit_type_mut(&mut error.clone());
+    ok.then_some((output, error, !in_error.erased))
+}
+
+/// `E` of a return type spelled `…::Result<T, E>`.
+fn result_error_type(ty: &Type) -> Result<&Type, &'static str> {
+    let not_result = "#[distributed_lock] requires a return type of `Result<T, E>` where \
+                      `E: From<distlock::LockError>`; a lock failure is returned as `Err(E::from(LockError))`";
+    let path = match ty {
+        Type::Group(group) => return result_error_type(&group.elem),
+        Type::Paren(paren) => return result_error_type(&paren.elem),
+        Type::Path(path) if path.qself.is_none() => &path.path,
+        _ => return Err(not_result),
+    };
+    let alias = "the error type must be visible as `Result<T, E>`; this `Result` alias hides it, so spell out \
+                 `Result<T, E>` where `E: From<distlock::LockError>`";
+    let last = path.segments.last().ok_or(not_result)?;
+    let types: Vec<&Type> = match &last.arguments {
+        PathArguments::AngleBracketed(generics) => generics
+            .args
+            .iter()
+            .filter_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    match types.as_slice() {
+        [_, error] if last.ident == "Result" => Ok(error),
+        // `io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`: a Result whose `E` is out of sight.
+        _ if last.ident.to_string().ends_with("Result") => Err(alias),
+        _ => Err(not_result),
+    }
+}
+
+/// `impl Trait` cannot be named inside the body, `_` can: the fake return edge still pins `E` and
+/// the shape of `T`, and the compiler infers the rest (tracing-attributes does the same).
+#[derive(Default)]
+struct ImplTraitEraser {
+    erased: bool,
+}
+
+impl VisitMut for ImplTraitEraser {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            self.erased = true;
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: Token![_](impl_trait.impl_token.span),
+            });
+        } else {
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+}
