@@ -1,0 +1,348 @@
+//! `#[distributed_lock]` against real Redis: interruption policies, every way out of the body
+//! releasing, reentrancy, multi-key locks, and keys that arguments cannot bend.
+//!
+//! Each test registers its own backend name (annotated functions name their backend), backed by
+//! its own redis-server.
+
+mod common;
+
+use common::{Fixture, SingleRedis};
+use distlock::{distributed_lock, Backend, KeyBuilder, Lock, LockError, LostReason, Registry};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+enum TestError {
+    Lock(LockError),
+    Domain(&'static str),
+}
+
+impl From<LockError> for TestError {
+    fn from(err: LockError) -> Self {
+        TestError::Lock(err)
+    }
+}
+
+impl TestError {
+    fn lost_reason(&self) -> Option<LostReason> {
+        match self {
+            TestError::Lock(LockError::Lost { reason, .. }) => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
+/// Starts a server and registers a backend for it under `name`.
+fn serve(name: &'static str) -> SingleRedis {
+    let fx = SingleRedis::start(|b| b.watchdog_timeout(Duration::from_millis(300)));
+    Registry::global()
+        .register(name, fx.backend().clone())
+        .unwrap();
+    fx
+}
+
+/// Waits (event-driven: the release notification wakes the waiter) until `key` is free.
+async fn assert_released(backend: &Backend, key: &str) {
+    let guard = Lock::new(key)
+        .on(backend)
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap_or_else(|err| panic!("{key} was not released: {err}"));
+    guard.release().await.unwrap();
+}
+
+#[distributed_lock(key = "steps:<id>", lease = "150ms", backend = "checkpoint")]
+async fn two_steps_checkpointed(id: u32, steps: &Mutex<Vec<u32>>) -> Result<(), TestError> {
+    steps.lock().unwrap().push(1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    steps.lock().unwrap().push(2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_between_statements_stops_the_body_before_the_next() {
+    let _fx = serve("checkpoint");
+    let steps = Mutex::new(Vec::new());
+    let err = two_steps_checkpointed(1, &steps).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(LostReason::Expired), "{err:?}");
+    assert_eq!(
+        *steps.lock().unwrap(),
+        [1],
+        "the second statement must not run"
+    );
+}
+
+#[distributed_lock(
+    key = "abort:<id>",
+    lease = "150ms",
+    on_lost = "abort",
+    backend = "abort"
+)]
+async fn one_long_step_aborted(id: u32, steps: &Mutex<Vec<u32>>) -> Result<(), TestError> {
+    {
+        steps.lock().unwrap().push(1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        steps.lock().unwrap().push(2);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_drops_the_body_at_its_next_await() {
+    let _fx = serve("abort");
+    let steps = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let err = one_long_step_aborted(1, &steps).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(LostReason::Expired), "{err:?}");
+    assert_eq!(*steps.lock().unwrap(), [1]);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "dropped mid-await, not after it"
+    );
+}
+
+#[distributed_lock(
+    key = "ignore:<id>",
+    lease = "150ms",
+    on_lost = "ignore",
+    backend = "ignore"
+)]
+async fn two_steps_ignoring(id: u32, steps: &Mutex<Vec<u32>>) -> Result<(), TestError> {
+    steps.lock().unwrap().push(1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    steps.lock().unwrap().push(2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_runs_to_the_end_and_counts_the_loss() {
+    let fx = serve("ignore");
+    let steps = Mutex::new(Vec::new());
+    two_steps_ignoring(1, &steps).await.unwrap();
+    assert_eq!(*steps.lock().unwrap(), [1, 2]);
+    assert_eq!(fx.backend().stats().lost_ignored, 1);
+}
+
+#[distributed_lock(key = "exit:<how>", backend = "exits")]
+async fn leave(how: &str) -> Result<u32, TestError> {
+    if how == "return" {
+        return Ok(7);
+    }
+    if how == "question-mark" {
+        Err(TestError::Domain("failed"))?;
+    }
+    if how == "panic" {
+        panic!("the body panics");
+    }
+    if how == "hang" {
+        std::future::pending::<()>().await;
+    }
+    Ok(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_out_of_the_body_releases() {
+    let fx = serve("exits");
+    let backend = fx.backend();
+    assert_eq!(leave("return").await.unwrap(), 7);
+    assert_released(backend, "exit:return").await;
+
+    assert!(matches!(
+        leave("question-mark").await,
+        Err(TestError::Domain("failed"))
+    ));
+    assert_released(backend, "exit:question-mark").await;
+
+    let panicked = tokio::spawn(leave("panic")).await.unwrap_err();
+    assert!(panicked.is_panic());
+    assert_released(backend, "exit:panic").await;
+
+    let hanging = tokio::spawn(leave("hang"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backend.inspect("exit:hang").await.unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the hanging call never took its lock"
+        );
+        tokio::task::yield_now().await;
+    }
+    hanging.abort();
+    assert!(hanging.await.unwrap_err().is_cancelled());
+    assert_released(backend, "exit:hang").await;
+    assert_eq!(distlock::__private::raw::watched_leases(backend), 0);
+}
+
+#[distributed_lock(key = "nested:<id>", backend = "nested")]
+async fn outer(id: u32) -> Result<(u64, u64), TestError> {
+    let mine = distlock::fencing_token().unwrap();
+    let inner = inner(id).await?;
+    assert!(
+        distlock::is_held(),
+        "the inner call must not release the outer lock"
+    );
+    Ok((mine, inner))
+}
+
+#[distributed_lock(key = "nested:<id>", backend = "nested")]
+async fn inner(id: u32) -> Result<u64, TestError> {
+    Ok(distlock::fencing_token().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_call_on_a_held_key_reenters() {
+    let fx = serve("nested");
+    let (outer_token, inner_token) = outer(3).await.unwrap();
+    assert_eq!(
+        outer_token, inner_token,
+        "one acquisition serves both calls"
+    );
+    assert_eq!(fx.backend().stats().acquired, 1);
+    assert_eq!(
+        fx.backend().inspect("nested:3").await.unwrap(),
+        None,
+        "the outer call released"
+    );
+}
+
+#[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "20s", backend = "transfers")]
+async fn transfer(
+    balances: &Mutex<HashMap<u32, i64>>,
+    from: u32,
+    to: u32,
+    amount: i64,
+) -> Result<(), TestError> {
+    let (a, b) = {
+        let balances = balances.lock().unwrap();
+        (balances[&from], balances[&to])
+    };
+    tokio::task::yield_now().await;
+    let mut balances = balances.lock().unwrap();
+    balances.insert(from, a - amount);
+    balances.insert(to, b + amount);
+    Ok(())
+}
+
+#[distributed_lock(keys = ["account:<from>", "account:<to>"], backend = "transfers")]
+async fn transfer_now(from: u32, to: u32) -> Result<(), TestError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_key_calls_in_opposite_orders_neither_deadlock_nor_lose_money() {
+    let fx = serve("transfers");
+    let balances = std::sync::Arc::new(Mutex::new(HashMap::from([(1, 1_000), (2, 1_000)])));
+    let mut calls = Vec::new();
+    for i in 0..100 {
+        let balances = balances.clone();
+        let (from, to) = if i % 2 == 0 { (1, 2) } else { (2, 1) };
+        calls.push(tokio::spawn(async move {
+            transfer(&balances, from, to, i).await
+        }));
+    }
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let balances = balances.lock().unwrap();
+    assert_eq!(balances[&1] + balances[&2], 2_000);
+    assert_eq!(
+        balances[&1],
+        1_000 - (0..100).step_by(2).sum::<i64>() + (1..100).step_by(2).sum::<i64>()
+    );
+
+    // All or none: with account 2 held elsewhere, account 1 is not taken either.
+    let other = Backend::builder(fx.server.url())
+        .prefix(common::PREFIX)
+        .build()
+        .unwrap();
+    let held = Lock::new("account:2").on(&other).acquire().await.unwrap();
+    let err = transfer_now(1, 2).await.unwrap_err();
+    assert!(
+        matches!(err, TestError::Lock(LockError::Busy { ref key, .. }) if key == "account:2"),
+        "{err:?}"
+    );
+    assert_eq!(fx.backend().inspect("account:1").await.unwrap(), None);
+    held.release().await.unwrap();
+    transfer_now(2, 1).await.unwrap();
+}
+
+#[distributed_lock(key = "pair:<left>:<right>", backend = "pairs")]
+async fn pair(left: &str, right: &str) -> Result<(), TestError> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arguments_cannot_bend_the_key() {
+    let fx = serve("pairs");
+    let held = Lock::new("pair:a%3Ab:c")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    // ("a:b", "c") renders to the held key; ("a", "b:c") must not.
+    pair("a", "b:c").await.unwrap();
+    assert!(matches!(
+        pair("a:b", "c").await,
+        Err(TestError::Lock(LockError::Busy { .. }))
+    ));
+    held.release().await.unwrap();
+    pair("{tag}", "\n").await.unwrap();
+}
+
+/// Renders a template `t:<a>:<b>` as the attribute does.
+fn render(a: &str, b: &str) -> String {
+    KeyBuilder::new()
+        .literal("t:")
+        .value(&a)
+        .literal(":")
+        .value(&b)
+        .finish()
+}
+
+#[test]
+fn different_argument_tuples_never_render_the_same_key() {
+    const ALPHABET: &[&str] = &[
+        "a", "b", ":", "%", "3A", "{", "}", "\n", "\u{0}", "é", "🔒", "-", "_", ".", "@", " ",
+        "\u{85}", "",
+    ];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut piece = || -> String {
+        (0..next() % 4)
+            .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+            .collect()
+    };
+    let mut seen: HashMap<String, (String, String)> = HashMap::new();
+    let mut tuples = vec![
+        ("a:b".to_owned(), "c".to_owned()),
+        ("a".to_owned(), "b:c".to_owned()),
+        (String::new(), ":".to_owned()),
+        (":".to_owned(), String::new()),
+        (String::new(), "3A:".to_owned()),
+        (":".to_owned(), "3A".to_owned()),
+    ];
+    for _ in 0..50_000 {
+        tuples.push((piece(), piece()));
+    }
+    for (a, b) in tuples {
+        let key = render(&a, &b);
+        assert!(
+            !key.contains(['{', '}']) && !key.chars().any(char::is_control),
+            "{key:?} has structure from the arguments"
+        );
+        if let Some(earlier) = seen.insert(key.clone(), (a.clone(), b.clone())) {
+            assert_eq!(earlier, (a, b), "two tuples rendered {key:?}");
+        }
+    }
+    assert!(
+        seen.len() > 10_000,
+        "the generator produced too few distinct tuples: {}",
+        seen.len()
+    );
+}
