@@ -244,12 +244,12 @@ async fn multi_key_calls_in_opposite_orders_neither_deadlock_nor_lose_money() {
     for call in calls {
         call.await.unwrap().unwrap();
     }
-    let balances = balances.lock().unwrap();
-    assert_eq!(balances[&1] + balances[&2], 2_000);
-    assert_eq!(
-        balances[&1],
-        1_000 - (0..100).step_by(2).sum::<i64>() + (1..100).step_by(2).sum::<i64>()
-    );
+    {
+        let balances = balances.lock().unwrap();
+        assert_eq!(balances[&1] + balances[&2], 2_000);
+        let expected = 1_000 - (0..100).step_by(2).sum::<i64>() + (1..100).step_by(2).sum::<i64>();
+        assert_eq!(balances[&1], expected);
+    }
 
     // All or none: with account 2 held elsewhere, account 1 is not taken either.
     let other = Backend::builder(fx.server.url())
