@@ -252,10 +252,7 @@ async fn multi_key_calls_in_opposite_orders_neither_deadlock_nor_lose_money() {
     }
 
     // All or none: with account 2 held elsewhere, account 1 is not taken either.
-    let other = Backend::builder(fx.server.url())
-        .prefix(common::PREFIX)
-        .build()
-        .unwrap();
+    let other = fx.another_backend();
     let held = Lock::new("account:2").on(&other).acquire().await.unwrap();
     let err = transfer_now(1, 2).await.unwrap_err();
     assert!(

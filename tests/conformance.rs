@@ -264,6 +264,22 @@ async fn assert_not_renewed<F: Fixture>(fx: &F, key: &str, ttl: Duration) {
     }
 }
 
+/// Spawns `body` under a lock on `key`; returns once the body has started.
+async fn spawn_locked(
+    backend: &distlock::Backend,
+    key: &str,
+    body: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let lock = Lock::new(key).on(backend);
+    let task = tokio::spawn(lock.run(async move {
+        entered_tx.send(()).unwrap();
+        body.await
+    }));
+    entered_rx.await.expect("the body started");
+    task
+}
+
 async fn renewal_stops_when_the_call_returns_panics_or_is_cancelled<F: Fixture>() {
     let ttl = Duration::from_millis(300);
     let fx = Arc::new(F::start(|b| b.watchdog_timeout(ttl)));
@@ -277,36 +293,12 @@ async fn renewal_stops_when_the_call_returns_panics_or_is_cancelled<F: Fixture>(
     assert_not_renewed(&*fx, &key, ttl).await;
 
     let key = unique_key("panics");
-    let backend = fx.backend().clone();
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let task_key = key.clone();
-    let panicked = tokio::spawn(async move {
-        Lock::new(task_key)
-            .on(&backend)
-            .run(async {
-                entered_tx.send(()).unwrap();
-                panic!("the body panics");
-            })
-            .await
-    });
-    entered_rx.await.unwrap();
+    let panicked = spawn_locked(fx.backend(), &key, async { panic!("the body panics") }).await;
     assert!(panicked.await.unwrap_err().is_panic());
     assert_not_renewed(&*fx, &key, ttl).await;
 
     let key = unique_key("cancelled");
-    let backend = fx.backend().clone();
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let task_key = key.clone();
-    let cancelled = tokio::spawn(async move {
-        Lock::new(task_key)
-            .on(&backend)
-            .run(async {
-                entered_tx.send(()).unwrap();
-                std::future::pending::<()>().await
-            })
-            .await
-    });
-    entered_rx.await.unwrap();
+    let cancelled = spawn_locked(fx.backend(), &key, std::future::pending::<()>()).await;
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());
     assert_not_renewed(&*fx, &key, ttl).await;

@@ -21,11 +21,7 @@ const SECTIONS_PER_TASK: usize = 40;
 fn worker_entry() {
     let Some(role) = worker::role() else { return };
     let url = std::env::var("REDIS_URL").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = worker::runtime();
     runtime.block_on(async move {
         match role.as_str() {
             "contend" => contend(&url).await,
@@ -117,14 +113,6 @@ async fn hold(url: &str) {
         .unwrap();
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
     let server = RedisServer::start();
@@ -171,7 +159,7 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
     holder.signal(libc::SIGSTOP);
     let stopped_at = Instant::now();
 
-    let runtime = runtime();
+    let runtime = worker::runtime();
     let backend = backend(&server.url(), Duration::from_secs(5));
     let (guard, taken_after) = runtime.block_on(async {
         // Succeeds once the paused holder's lease runs out on the server.
@@ -226,7 +214,7 @@ fn a_killed_holder_is_taken_over_within_its_lease() {
     holder.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     assert!(!holder.wait().success());
-    let takeover = runtime().block_on(async {
+    let takeover = worker::runtime().block_on(async {
         let backend = backend(&server.url(), Duration::from_secs(5));
         let guard = Lock::new("held")
             .on(&backend)

@@ -60,10 +60,7 @@ fn spawn_waiter(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_waiter_without_polling() {
     let fx = SingleRedis::start(|b| b);
-    let waiters = Backend::builder(fx.server.url())
-        .prefix(PREFIX)
-        .build()
-        .unwrap();
+    let waiters = fx.another_backend();
     raw::set_backoff_floor(&waiters, NO_POLLING);
     let holder = Lock::new("notified")
         .on(fx.backend())
@@ -86,10 +83,7 @@ async fn a_release_wakes_the_waiter_without_polling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_inside_the_subscribe_window_is_not_missed() {
     let fx = SingleRedis::start(|b| b);
-    let waiters = Backend::builder(fx.server.url())
-        .prefix(PREFIX)
-        .build()
-        .unwrap();
+    let waiters = fx.another_backend();
     raw::set_backoff_floor(&waiters, NO_POLLING);
     let window = Duration::from_millis(400);
     raw::set_subscribe_delay(&waiters, window);
@@ -124,10 +118,7 @@ async fn a_release_inside_the_subscribe_window_is_not_missed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_subscription_connection_resubscribes_by_itself() {
     let fx = SingleRedis::start(|b| b);
-    let waiters = Backend::builder(fx.server.url())
-        .prefix(PREFIX)
-        .build()
-        .unwrap();
+    let waiters = fx.another_backend();
     raw::set_backoff_floor(&waiters, NO_POLLING);
     let holder = Lock::new("killed-sub")
         .on(fx.backend())
@@ -236,10 +227,7 @@ async fn budgets_end_in_busy_on_time_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
     let fx = SingleRedis::start(|b| b);
-    let waiters = Backend::builder(fx.server.url())
-        .prefix(PREFIX)
-        .build()
-        .unwrap();
+    let waiters = fx.another_backend();
     let _holder = Lock::new("cancel")
         .on(fx.backend())
         .acquire()
@@ -327,11 +315,7 @@ const WAITERS_PER_PROCESS: usize = 32;
 fn worker_entry() {
     let Some(_role) = worker::role() else { return };
     let url = std::env::var("REDIS_URL").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = worker::runtime();
     runtime.block_on(async move {
         let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
         let client = redis::Client::open(url.as_str()).unwrap();

@@ -65,6 +65,15 @@ impl SingleRedis {
     pub fn lock_key(key: &str) -> String {
         format!("{PREFIX}:{{{key}}}")
     }
+
+    /// A second backend on the same server and prefix: a client with its own local queues,
+    /// as another process would have.
+    pub fn another_backend(&self) -> Backend {
+        Backend::builder(self.server.url())
+            .prefix(PREFIX)
+            .build()
+            .unwrap()
+    }
 }
 
 impl Fixture for SingleRedis {

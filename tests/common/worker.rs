@@ -16,6 +16,15 @@ pub fn role() -> Option<String> {
     std::env::var(ROLE_ENV).ok()
 }
 
+/// The runtime a worker (or a synchronous parent test) runs its async part on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Prints an event for the parent.
 pub fn report(event: &str, data: impl std::fmt::Display) {
     let mut out = std::io::stdout().lock();
