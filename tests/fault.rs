@@ -301,3 +301,24 @@ async fn a_user_with_the_documented_acl_can_lock_wait_and_release() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_names_settings_that_weaken_locks() {
+    let risky = RedisServer::start_with(
+        distlock_test_support::ServerConfig::new().arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let backend = Backend::builder(risky.url()).build().unwrap();
+    let findings = backend.doctor().await.unwrap();
+    let checks: Vec<_> = findings.iter().map(|finding| finding.check).collect();
+    assert_eq!(checks, ["eviction", "persistence"], "{findings:?}");
+    assert!(findings[0]
+        .to_string()
+        .contains("maxmemory-policy is `allkeys-lru`"));
+
+    let safe = RedisServer::start_with(
+        distlock_test_support::ServerConfig::new().arg("appendonly", "yes"),
+    );
+    let backend = Backend::builder(safe.url()).build().unwrap();
+    assert_eq!(backend.doctor().await.unwrap(), []);
+    assert_eq!(Backend::in_process().doctor().await.unwrap(), []);
+}

@@ -188,4 +188,9 @@ impl Store for InProcessStore {
     fn watched_channels(&self) -> usize {
         self.channels.watched()
     }
+
+    fn doctor(&self) -> BoxFuture<'_, StoreResult<Vec<crate::Finding>>> {
+        // Nothing to configure: the map lives and dies with the process, as documented.
+        Box::pin(future::ready(Ok(Vec::new())))
+    }
 }

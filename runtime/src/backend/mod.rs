@@ -7,6 +7,7 @@ pub(crate) mod redis;
 
 pub use builder::BackendBuilder;
 
+use crate::doctor::Finding;
 use crate::owner::Owner;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::wait::{Gates, ReleaseWatch};
@@ -93,6 +94,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Channels with at least one local waiter (for tests of cleanup).
     fn watched_channels(&self) -> usize;
+
+    /// Server settings that weaken locks.
+    fn doctor(&self) -> BoxFuture<'_, StoreResult<Vec<Finding>>>;
 }
 
 /// Settings shared by every backend kind; each builder setter documents its default.
@@ -221,6 +225,18 @@ impl Backend {
             .inspect(key)
             .await
             .map_err(|failure| self.backend_error("inspect", failure))
+    }
+
+    /// Checks the lock server for settings that quietly weaken locks: an eviction policy other
+    /// than `noeviction`, no persistence, replicas lagging. Empty when nothing was found (always,
+    /// for the in-process backend). Needs `CONFIG GET` and `INFO`, which a lock user's ACL does
+    /// not grant: run it with an operator's credentials.
+    pub async fn doctor(&self) -> Result<Vec<Finding>, LockError> {
+        self.inner
+            .store
+            .doctor()
+            .await
+            .map_err(|failure| self.backend_error("doctor", failure))
     }
 
     pub(crate) fn backend_error(

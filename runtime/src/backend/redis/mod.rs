@@ -288,4 +288,33 @@ impl Store for RedisStore {
     fn watched_channels(&self) -> usize {
         self.subscriber.watched()
     }
+
+    fn doctor(&self) -> BoxFuture<'_, StoreResult<Vec<crate::Finding>>> {
+        Box::pin(async move {
+            let mut manager = self.manager()?;
+            let config = |setting: &'static str| {
+                let mut cmd = redis::cmd("CONFIG");
+                cmd.arg("GET").arg(setting);
+                let mut manager = manager.clone();
+                async move {
+                    let pairs: Vec<String> = cmd.query_async(&mut manager).await.ok()?;
+                    pairs.get(1).cloned()
+                }
+            };
+            let policy = config("maxmemory-policy").await;
+            let appendonly = config("appendonly").await;
+            let save = config("save").await;
+            let replication: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut manager)
+                .await
+                .unwrap_or_default();
+            Ok(crate::doctor::judge(
+                policy.as_deref(),
+                appendonly.as_deref(),
+                save.as_deref(),
+                &replication,
+            ))
+        })
+    }
 }
