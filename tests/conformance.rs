@@ -39,6 +39,7 @@ conformance!(
     acquire_is_idempotent_for_the_same_owner,
     fencing_tokens_increase_over_10k_grants_and_counter_loss,
     watchdog_keeps_a_long_call_locked,
+    a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease,
     renewal_stops_when_the_call_returns_panics_or_is_cancelled,
     a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone,
     renewals_are_batched,
@@ -246,6 +247,35 @@ async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
         fx.backend().stats()
     );
     guard.release().await.unwrap();
+}
+
+async fn a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease<F: Fixture>() {
+    let ttl = Duration::from_millis(300);
+    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let backend = fx.backend();
+    for (key, reason) in [("gone", LostReason::Gone), ("stolen", LostReason::Stolen)] {
+        let guard = Lock::new(key).on(backend).acquire().await.unwrap();
+        // Someone with the owner token (an operator, a bug) deletes the lock on the server.
+        let holder = backend.inspect(key).await.unwrap().expect("held");
+        assert_eq!(raw::release(backend, key, &holder.owner).await.unwrap(), 1);
+        if reason == LostReason::Stolen {
+            raw::acquire(backend, key, &raw::new_owner(), Duration::from_secs(30))
+                .await
+                .unwrap()
+                .expect("free after the delete");
+        }
+        let started = Instant::now();
+        let lost = guard.lost().await;
+        assert!(
+            matches!(lost, LockError::Lost { reason: r, .. } if r == reason),
+            "{lost:?}"
+        );
+        assert!(
+            started.elapsed() < ttl,
+            "found at the next renewal, before validity ran out"
+        );
+        assert!(guard.check().is_err());
+    }
 }
 
 /// The lease's PTTL must only fall after the call ends (no renewal), and the key must be gone
