@@ -39,6 +39,10 @@ struct Table {
     entries: HashMap<LeaseId, Entry>,
     /// Cleared by the task when it exits or when its runtime drops it.
     task_alive: Option<Arc<AtomicBool>>,
+    /// When the task will look next (`None`: only when woken). A new lease wakes the task only
+    /// if it needs attention earlier — with one TTL per backend it never does, so taking a lock
+    /// costs the watchdog nothing.
+    next_look: Option<Instant>,
 }
 
 struct Entry {
@@ -59,6 +63,11 @@ impl Watchdog {
         table.next_id += 1;
         let id = LeaseId(table.next_id);
         let next_renewal = Instant::now() + lease.ttl / 3;
+        let first_deadline = if lease.renewing {
+            next_renewal.min(lease.valid_until())
+        } else {
+            lease.valid_until()
+        };
         table.entries.insert(
             id,
             Entry {
@@ -80,8 +89,11 @@ impl Watchdog {
                 AliveGuard(alive),
             ));
         }
+        let wake = !running || table.next_look.is_none_or(|look| first_deadline < look);
         drop(table);
-        self.shared.wake.notify_one();
+        if wake {
+            self.shared.wake.notify_one();
+        }
         id
     }
 
@@ -128,7 +140,11 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
                 table.task_alive = None;
                 return;
             }
-            scan(&mut table, Instant::now())
+            let (due, wake_at) = scan(&mut table, Instant::now());
+            // Recorded under the lock that `register` takes, so a lease registered after this
+            // scan either sees this instant or finds the task not yet sleeping on it.
+            table.next_look = wake_at;
+            (due, wake_at)
         };
         for batch in due.chunks(inner.settings.renew_batch) {
             in_flight.push(renew(inner.clone(), batch.to_vec()));
