@@ -1,0 +1,227 @@
+//! The libraries under test behind one interface: acquire a key (waiting while it is busy),
+//! release it. Each is used through its documented API with its default settings; only the TTL
+//! is chosen here.
+
+use distlock::{Backend, Lease, Lock};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// TTL of the peers' locks and of `distlock-fixed`; long enough never to expire in a workload.
+pub(crate) const FIXED_TTL: Duration = Duration::from_secs(10);
+/// distlock's wait budget when a key is busy: far beyond any wait a workload can see, so a
+/// `Busy` result is a failure worth reporting, not part of the workload.
+const DISTLOCK_WAIT: Duration = Duration::from_secs(10);
+
+pub(crate) const RSLOCK_VERSION: &str = "0.10.0";
+pub(crate) const REDLOCK_VERSION: &str = "2.0.0";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum LibId {
+    /// distlock with the default lease: the watchdog (what `#[distributed_lock]` uses).
+    Distlock,
+    /// distlock with a fixed lease: no watchdog registration.
+    DistlockFixed,
+    Rslock,
+    Redlock,
+}
+
+impl LibId {
+    pub(crate) const ALL: [LibId; 4] = [
+        LibId::Distlock,
+        LibId::DistlockFixed,
+        LibId::Rslock,
+        LibId::Redlock,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            LibId::Distlock => "distlock",
+            LibId::DistlockFixed => "distlock-fixed",
+            LibId::Rslock => "rslock",
+            LibId::Redlock => "redlock",
+        }
+    }
+
+    pub(crate) fn from_name(name: &str) -> Option<LibId> {
+        LibId::ALL.into_iter().find(|lib| lib.name() == name)
+    }
+}
+
+/// One library's client, connected to one server.
+pub(crate) struct Client {
+    pub(crate) lib: LibId,
+    inner: Inner,
+}
+
+enum Inner {
+    Distlock { backend: Backend, lease: Lease },
+    Rslock(rslock::LockManager),
+    Redlock(redlock::RedLock),
+}
+
+/// A held lock of any library.
+pub(crate) enum Held {
+    Distlock(distlock::LockGuard),
+    Rslock(rslock::LockGuard),
+    /// redlock's `Lock` borrows its manager; keep what `unlock` needs and rebuild it there.
+    Redlock {
+        resource: Vec<u8>,
+        val: Vec<u8>,
+    },
+}
+
+impl Client {
+    /// A client of `lib` on the Redis at `url`. Connections open lazily, on first use, as each
+    /// library does by itself.
+    pub(crate) fn connect(lib: LibId, url: &str) -> Result<Client, String> {
+        let inner = match lib {
+            LibId::Distlock | LibId::DistlockFixed => Inner::Distlock {
+                backend: Backend::builder(url)
+                    .prefix("bench")
+                    .build()
+                    .map_err(|err| format!("distlock backend: {err}"))?,
+                lease: match lib {
+                    LibId::Distlock => Lease::Watchdog,
+                    _ => Lease::Fixed(FIXED_TTL),
+                },
+            },
+            LibId::Rslock => Inner::Rslock(rslock::LockManager::new(vec![url])),
+            LibId::Redlock => Inner::Redlock(redlock::RedLock::new(vec![url])),
+        };
+        Ok(Client { lib, inner })
+    }
+
+    /// redlock's API blocks the calling thread (and opens a TCP connection per command): its
+    /// workers run on threads of their own, never on the shared runtime.
+    pub(crate) fn is_blocking(&self) -> bool {
+        matches!(self.inner, Inner::Redlock(_))
+    }
+
+    /// Acquires `key`, waiting while another holder has it, the way each library documents
+    /// waiting: distlock with a wait budget, rslock's `acquire` (which retries after a random
+    /// delay of up to 200 ms), redlock's `lock` in a loop (what its `acquire` does, retrying
+    /// after a random sleep of up to 200 ms).
+    pub(crate) async fn acquire(&self, key: &str) -> Result<Held, String> {
+        match &self.inner {
+            Inner::Distlock { backend, lease } => Lock::new(key)
+                .on(backend)
+                .lease(*lease)
+                .wait(DISTLOCK_WAIT)
+                .acquire()
+                .await
+                .map(Held::Distlock)
+                .map_err(|err| err.to_string()),
+            Inner::Rslock(manager) => manager
+                .acquire(peer_key("rslock", key).as_bytes(), FIXED_TTL)
+                .await
+                .map(Held::Rslock)
+                .map_err(|err| err.to_string()),
+            Inner::Redlock(manager) => {
+                let resource = peer_key("redlock", key).into_bytes();
+                loop {
+                    match manager.lock(&resource, FIXED_TTL.as_millis() as usize) {
+                        Ok(Some(lock)) => {
+                            return Ok(Held::Redlock {
+                                resource: lock.resource,
+                                val: lock.val,
+                            })
+                        }
+                        Ok(None) => continue,
+                        Err(err) => return Err(err.to_string()),
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn release(&self, held: Held) -> Result<(), String> {
+        match (&self.inner, held) {
+            (Inner::Distlock { .. }, Held::Distlock(guard)) => match guard.release().await {
+                Ok(distlock::Released::Released) => Ok(()),
+                Ok(other) => Err(format!("release found the lock {other:?}")),
+                Err(err) => Err(err.to_string()),
+            },
+            (Inner::Rslock(_), Held::Rslock(guard)) => {
+                guard.release().await;
+                Ok(())
+            }
+            (Inner::Redlock(manager), Held::Redlock { resource, val }) => {
+                manager.unlock(&redlock::Lock {
+                    resource,
+                    val,
+                    validity_time: 0,
+                    lock_manager: manager,
+                });
+                Ok(())
+            }
+            _ => Err("a lock released through another library's client".into()),
+        }
+    }
+
+    /// Opens the connections and loads the scripts, so that no timed phase pays for either.
+    pub(crate) async fn warm_up(&self, tag: &str) -> Result<(), String> {
+        for i in 0..50 {
+            let held = self.acquire(&format!("warmup:{tag}:{i}")).await?;
+            self.release(held).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The peers get a namespace of their own, as distlock's prefix gives it one.
+fn peer_key(lib: &str, key: &str) -> String {
+    format!("{lib}:{key}")
+}
+
+/// Runs `work(i, client)` for `i` in `0..n` concurrently and collects the results in order:
+/// as tasks on the shared runtime, or, for a blocking library, each on a thread of its own with
+/// a current-thread runtime (so the same async worker code drives every library).
+pub(crate) async fn run_workers<T, F, Fut>(client: &Arc<Client>, n: usize, work: F) -> Vec<T>
+where
+    F: Fn(usize, Arc<Client>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    if client.is_blocking() {
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let (work, client) = (work.clone(), client.clone());
+                std::thread::Builder::new()
+                    .name(format!("bench-worker-{i}"))
+                    .spawn(move || {
+                        tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("a current-thread runtime")
+                            .block_on(work(i, client))
+                    })
+                    .expect("a worker thread")
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            threads
+                .into_iter()
+                .map(|thread| {
+                    thread
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        })
+        .await
+        .expect("joining worker threads")
+    } else {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| tokio::spawn(work.clone()(i, client.clone())))
+            .collect();
+        let mut results = Vec::with_capacity(n);
+        for task in tasks {
+            results.push(
+                task.await
+                    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())),
+            );
+        }
+        results
+    }
+}

@@ -1,0 +1,95 @@
+//! Small measurement tools: percentiles, medians, clocks.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The `q`-quantile (0..=1) of `sorted` by the nearest-rank method; 0 for no samples.
+pub(crate) fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// The median of `values`; the mean of the middle two for an even count; `None` when empty.
+pub(crate) fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+/// Nanoseconds to microseconds, for reports.
+pub(crate) fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// Wall-clock nanoseconds. Timestamps of the contended workload come from several processes,
+/// which share this clock (and not `Instant`'s); intervals of a few µs to a few seconds are all
+/// it measures, so clock slewing does not matter.
+pub(crate) fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64)
+}
+
+/// Busy work of length `length`: a critical section that holds the CPU, not the scheduler.
+pub(crate) fn spin(length: Duration) {
+    if length.is_zero() {
+        return;
+    }
+    let end = std::time::Instant::now() + length;
+    while std::time::Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// CPU time of this process so far (user + system, all threads).
+pub(crate) fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `rusage` through a valid pointer to one; RUSAGE_SELF cannot
+    // fail on Linux, and the zeroed value is a valid `rusage` in any case.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let sorted: Vec<u64> = (1..=100).collect();
+        assert_eq!(quantile(&sorted, 0.5), 50);
+        assert_eq!(quantile(&sorted, 0.99), 99);
+        assert_eq!(quantile(&sorted, 1.0), 100);
+        assert_eq!(quantile(&[7], 0.99), 7);
+        assert_eq!(quantile(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn process_cpu_advances_with_work() {
+        let before = process_cpu();
+        spin(Duration::from_millis(30));
+        assert!(process_cpu() > before);
+    }
+}

@@ -1,0 +1,664 @@
+//! Medians over repetitions, the targets, the table and the JSON line.
+
+use crate::cli::Config;
+use crate::clients::{LibId, REDLOCK_VERSION, RSLOCK_VERSION};
+use crate::measure::median;
+use crate::run::{Measured, Outcome, SECTIONS};
+use crate::workloads::held::RENEW_BATCH;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Tasks a backend may run for any number of held leases (watchdog, connection drivers): a
+/// constant, where one task per lease would be thousands.
+const MAX_BACKGROUND_TASKS: f64 = 8.0;
+
+/// Aggregated results: per section, per library (in run order), the medians.
+pub(crate) struct Report {
+    floor: Map<String, Value>,
+    sections: BTreeMap<&'static str, Vec<(LibId, Outcome)>>,
+    targets: Vec<Target>,
+    json: Value,
+}
+
+/// One target of the issue, checked against the medians.
+struct Target {
+    workload: &'static str,
+    what: String,
+    goal: String,
+    value: String,
+    /// `None`: not measured in this run (a library or workload left out, or n/a).
+    met: Option<bool>,
+}
+
+impl Report {
+    pub(crate) fn new(config: &Config, measured: Measured) -> Report {
+        let floors: Vec<&Map<String, Value>> = measured.floors.iter().collect();
+        let floor = median_maps(&floors);
+        let mut sections = BTreeMap::new();
+        for section in SECTIONS {
+            let Some(samples) = measured.samples.get(section) else {
+                continue;
+            };
+            let mut libs: Vec<LibId> = Vec::new();
+            for (lib, _) in samples.iter().flatten() {
+                if !libs.contains(lib) {
+                    libs.push(*lib);
+                }
+            }
+            let rows = libs
+                .into_iter()
+                .map(|lib| {
+                    let outcomes: Vec<&Outcome> = samples
+                        .iter()
+                        .filter_map(|rows| rows.iter().find(|(l, _)| *l == lib).map(|(_, o)| o))
+                        .collect();
+                    (lib, median_outcome(&outcomes))
+                })
+                .collect();
+            sections.insert(section, rows);
+        }
+        let mut report = Report {
+            floor,
+            sections,
+            targets: Vec::new(),
+            json: Value::Null,
+        };
+        report.targets = report.check_targets(config);
+        report.json = report.to_json(config, &measured);
+        report
+    }
+
+    fn get(&self, section: &str, lib: LibId) -> Option<&Map<String, Value>> {
+        self.sections
+            .get(section)?
+            .iter()
+            .find(|(l, _)| *l == lib)?
+            .1
+            .as_ref()
+            .ok()
+    }
+
+    fn num(&self, section: &str, lib: LibId, key: &str) -> Option<f64> {
+        self.get(section, lib)?.get(key)?.as_f64()
+    }
+
+    fn check_targets(&self, config: &Config) -> Vec<Target> {
+        let d = LibId::Distlock;
+        let mut targets = Vec::new();
+        let mut at_least =
+            |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
+                targets.push(Target {
+                    workload,
+                    what: what.into(),
+                    goal: format!(">= {}{unit}", fmt_num(goal)),
+                    value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
+                    met: value.map(|v| v >= goal),
+                })
+            };
+        at_least(
+            "sequential",
+            "cycles/s as a ratio to the floor (RTT rate / 2)",
+            self.num("sequential", d, "ratio_to_floor"),
+            0.85,
+            "",
+        );
+        at_least(
+            "sequential",
+            "cycles/s as a ratio to rslock",
+            self.num("sequential", d, "ratio_to_rslock"),
+            1.0,
+            "",
+        );
+        at_least(
+            "parallel",
+            &format!("cycles/s with {} tasks as a ratio to rslock", config.tasks),
+            self.num("parallel", d, "ratio_to_rslock"),
+            1.0,
+            "",
+        );
+        at_least(
+            "contended",
+            &format!(
+                "critical sections/s, {} tasks in one process, as a ratio to rslock",
+                config.contenders
+            ),
+            self.num("contended", d, "ratio_to_rslock"),
+            1.0,
+            "",
+        );
+        at_least(
+            "contended",
+            "smallest worker share of the mean (one process)",
+            self.num("contended", d, "worker_share_min"),
+            0.7,
+            "",
+        );
+        at_least(
+            "contended_processes",
+            &format!(
+                "critical sections/s, 2 processes x {} tasks, as a ratio to rslock",
+                config.contenders / 2
+            ),
+            self.num("contended_processes", d, "ratio_to_rslock"),
+            1.0,
+            "",
+        );
+        at_least(
+            "contended_processes",
+            "smallest process share of its fair share",
+            self.num("contended_processes", d, "process_share_min"),
+            0.5,
+            "",
+        );
+        let mut at_most =
+            |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
+                targets.push(Target {
+                    workload,
+                    what: what.into(),
+                    goal: format!("<= {}{unit}", fmt_num(goal)),
+                    value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
+                    met: value.map(|v| v <= goal),
+                })
+            };
+        at_most(
+            "contended",
+            "largest worker share of the mean (one process)",
+            self.num("contended", d, "worker_share_max"),
+            1.3,
+            "",
+        );
+        at_most(
+            "contended",
+            "worst wait of all samples (one process)",
+            self.num("contended", d, "wait_max_us_worst")
+                .map(|us| us / 1e3),
+            20.0,
+            " ms",
+        );
+        at_most(
+            "contended",
+            "cross-worker handoff p50 (one process)",
+            self.num("contended", d, "cross_handoff_p50_us"),
+            200.0,
+            " us",
+        );
+        at_most(
+            "contended_processes",
+            "worst wait of all samples (2 processes)",
+            self.num("contended_processes", d, "wait_max_us_worst")
+                .map(|us| us / 1e3),
+            50.0,
+            " ms",
+        );
+        at_most(
+            "contended_processes",
+            "cross-worker handoff p50 (2 processes)",
+            self.num("contended_processes", d, "cross_handoff_p50_us"),
+            200.0,
+            " us",
+        );
+        let bound = config.leases.div_ceil(RENEW_BATCH) as f64;
+        at_most(
+            "held",
+            &format!(
+                "renewal calls per period for {} leases (ceil(leases / {RENEW_BATCH}))",
+                config.leases
+            ),
+            self.num("held", d, "renewal_calls_per_period"),
+            bound,
+            "",
+        );
+        at_most(
+            "held",
+            &format!(
+                "tasks started for {} held leases (none per lease)",
+                config.leases
+            ),
+            self.num("held", d, "background_tasks"),
+            MAX_BACKGROUND_TASKS,
+            "",
+        );
+        at_most(
+            "attribute",
+            "#[distributed_lock] overhead over the programmatic API",
+            self.num("attribute", d, "overhead_ns"),
+            999.0,
+            " ns",
+        );
+        let commands = self.num("sequential", d, "client_cmds_per_cycle");
+        targets.push(Target {
+            workload: "sequential",
+            what: "client commands per uncontended cycle".into(),
+            goal: "= 2".into(),
+            value: commands.map_or("n/a".into(), |v| format!("{v:.3}")),
+            met: commands.map(|v| (v - 2.0).abs() < 0.005),
+        });
+        let order = |t: &Target| SECTIONS.iter().position(|s| *s == t.workload);
+        targets.sort_by_key(order);
+        targets
+    }
+
+    fn to_json(&self, config: &Config, measured: &Measured) -> Value {
+        let sections: Map<String, Value> = self
+            .sections
+            .iter()
+            .map(|(section, rows)| {
+                let libs: Map<String, Value> = rows
+                    .iter()
+                    .map(|(lib, outcome)| {
+                        let value = match outcome {
+                            Ok(result) => Value::Object(result.clone()),
+                            Err(reason) => json!({ "na": reason }),
+                        };
+                        (lib.name().to_owned(), value)
+                    })
+                    .collect();
+                (section.to_string(), Value::Object(libs))
+            })
+            .collect();
+        let targets: Vec<Value> = self
+            .targets
+            .iter()
+            .map(|t| {
+                json!({
+                    "workload": t.workload,
+                    "target": t.what,
+                    "goal": t.goal,
+                    "value": t.value,
+                    "met": t.met,
+                })
+            })
+            .collect();
+        let script_only: Map<String, Value> = measured
+            .script_only
+            .iter()
+            .map(|(lib, names)| (lib.name().to_owned(), json!(names)))
+            .collect();
+        json!({
+            "bench": "distlock-bench",
+            "schema": 1,
+            "smoke": config.smoke,
+            "runs": config.runs,
+            "slices": config.slices,
+            "contended_slices": config.contended_slices,
+            "aggregate": "median over samples: runs, times slices for sequential, parallel and contended",
+            "config": {
+                "duration_s": config.duration.as_secs_f64(),
+                "tasks": config.tasks,
+                "contenders": config.contenders,
+                "critical_section_us": config.critical_section.as_secs_f64() * 1e6,
+                "leases": config.leases,
+                "lease_ttl_ms": config.lease_ttl.as_millis() as u64,
+                "renew_batch": RENEW_BATCH,
+            },
+            "machine": machine(&measured.redis_version),
+            "versions": {
+                "distlock": env!("CARGO_PKG_VERSION"),
+                "rslock": RSLOCK_VERSION,
+                "redlock": REDLOCK_VERSION,
+            },
+            "script_internal_commands": script_only,
+            "floor": self.floor,
+            "results": sections,
+            "targets": targets,
+            "targets_met": self.targets.iter().filter(|t| t.met == Some(true)).count(),
+            "targets_missed": self.targets.iter().filter(|t| t.met == Some(false)).count(),
+        })
+    }
+
+    /// The machine-readable line: one JSON object, no newlines inside.
+    pub(crate) fn json_line(&self) -> String {
+        self.json.to_string()
+    }
+
+    pub(crate) fn table(&self, config: &Config) -> String {
+        let mut out = String::new();
+        let f = &self.floor;
+        let fv = |key: &str| f.get(key).and_then(Value::as_f64);
+        let _ = writeln!(
+            out,
+            "\nMedians over {} runs; sequential and parallel over {} slices per run, contended over {}, libraries taking turns",
+            config.runs, config.slices, config.contended_slices
+        );
+        let _ = writeln!(out, "\nFloor (same server, same run)");
+        let _ = writeln!(
+            out,
+            "  round trips, 1 connection: {} SET/s ({}) -> sequential cycle floor {} cycles/s",
+            fmt_opt(fv("rtt_set_per_s")),
+            f.get("rtt_source").and_then(Value::as_str).unwrap_or("?"),
+            fmt_opt(fv("sequential_cycle_floor")),
+        );
+        let _ = writeln!(
+            out,
+            "  same loop without redis-benchmark: {} SET/s raw socket, {} SET/s through redis-rs",
+            fmt_opt(fv("raw_set_loop_per_s")),
+            fmt_opt(fv("redis_rs_set_per_s")),
+        );
+        let _ = writeln!(
+            out,
+            "  server at {} connections: {} SET/s ({}) -> parallel cycle floor {} cycles/s; redis-rs, {} tasks on 1 connection: {} SET/s",
+            config.tasks,
+            fmt_opt(fv("server_set_per_s_at_tasks")),
+            f.get("server_source").and_then(Value::as_str).unwrap_or("?"),
+            fmt_opt(fv("parallel_cycle_floor")),
+            config.tasks,
+            fmt_opt(fv("redis_rs_set_per_s_at_tasks")),
+        );
+
+        let uncontended: &[(&str, &str)] = &[
+            ("cycles/s", "cycles_per_s"),
+            ("p50 us", "p50_us"),
+            ("p99 us", "p99_us"),
+            ("x floor", "ratio_to_floor"),
+            ("x redis-rs", "ratio_to_redis_rs"),
+            ("x rslock", "ratio_to_rslock"),
+            ("client cmds/cycle", "client_cmds_per_cycle"),
+            ("server cmds/cycle", "server_cmds_per_cycle"),
+            ("Redis exec us/cycle", "redis_exec_us_per_cycle"),
+            ("Redis CPU us/cycle", "redis_cpu_us_per_cycle"),
+            ("client CPU us/cycle", "client_cpu_us_per_cycle"),
+        ];
+        self.section(
+            &mut out,
+            "sequential",
+            "1. Uncontended sequential: 1 task, acquire + release of distinct keys",
+            uncontended,
+        );
+        self.section(
+            &mut out,
+            "parallel",
+            &format!("2. Uncontended parallel: {} tasks on distinct keys (x floor: server rate at {} connections / 2)", config.tasks, config.tasks),
+            uncontended,
+        );
+        let contended: &[(&str, &str)] = &[
+            ("CS/s", "cs_per_s"),
+            ("x rslock", "ratio_to_rslock"),
+            ("self re-acq %", "self_reacquire_pct"),
+            ("share min", "worker_share_min"),
+            ("share max", "worker_share_max"),
+            ("handoff p50 us", "handoff_p50_us"),
+            ("handoff p99 us", "handoff_p99_us"),
+            ("cross p50 us", "cross_handoff_p50_us"),
+            ("cross p99 us", "cross_handoff_p99_us"),
+            ("wait p50 us", "wait_p50_us"),
+            ("wait p99 us", "wait_p99_us"),
+            ("wait max us", "wait_max_us"),
+            ("wait worst us", "wait_max_us_worst"),
+            ("client cmds/lock", "client_cmds_per_lock"),
+            ("server cmds/lock", "server_cmds_per_lock"),
+            ("violations", "violations"),
+        ];
+        self.section(
+            &mut out,
+            "contended",
+            &format!(
+                "3a. Contended: {} tasks in one process on one key, {} us critical section",
+                config.contenders,
+                config.critical_section.as_micros()
+            ),
+            contended,
+        );
+        let mut across = contended.to_vec();
+        across.insert(5, ("process share min", "process_share_min"));
+        across.insert(6, ("same process %", "same_process_pct"));
+        self.section(
+            &mut out,
+            "contended_processes",
+            &format!(
+                "3b. Contended: 2 processes x {} tasks on one key",
+                config.contenders / 2
+            ),
+            &across,
+        );
+        self.section(
+            &mut out,
+            "held",
+            &format!(
+                "4. Held leases: {} leases at once, TTL {} ms, each library's own renewal period",
+                config.leases,
+                config.lease_ttl.as_millis()
+            ),
+            &[
+                ("period ms", "period_ms"),
+                ("renewal calls/period", "renewal_calls_per_period"),
+                ("bound", "renewal_call_bound"),
+                ("leases renewed/period", "leases_renewed_per_period"),
+                ("Redis CPU ms/period", "redis_cpu_ms_per_period"),
+                ("client CPU ms/period", "client_cpu_ms_per_period"),
+                ("Redis CPU ms/s", "redis_cpu_ms_per_s"),
+                ("client CPU ms/s", "client_cpu_ms_per_s"),
+                ("background tasks", "background_tasks"),
+                ("lost", "lost"),
+                ("cycles/s meanwhile", "cycles_per_s_while_held"),
+                (
+                    "client CPU us/cycle meanwhile",
+                    "client_cpu_us_per_cycle_while_held",
+                ),
+            ],
+        );
+        self.section(
+            &mut out,
+            "attribute",
+            "5. Attribute overhead: same critical section, in-process backend, ns per call",
+            &[
+                ("#[distributed_lock]", "attribute_ns"),
+                ("Lock::backend(name).run", "programmatic_ns"),
+                ("Lock::on(&backend).run", "programmatic_handle_ns"),
+                ("same, fixed lease", "programmatic_fixed_ns"),
+                ("overhead", "overhead_ns"),
+                ("overhead vs on(&backend)", "overhead_vs_handle_ns"),
+            ],
+        );
+
+        let _ = writeln!(out, "\nTargets (distlock, medians)");
+        for t in &self.targets {
+            let mark = match t.met {
+                Some(true) => "met   ",
+                Some(false) => "MISSED",
+                None => "n/a   ",
+            };
+            let _ = writeln!(
+                out,
+                "  [{mark}] {:<20} {}: {} (goal {})",
+                t.workload, t.what, t.value, t.goal
+            );
+        }
+        out
+    }
+
+    fn section(&self, out: &mut String, section: &str, title: &str, columns: &[(&str, &str)]) {
+        let Some(rows) = self.sections.get(section) else {
+            return;
+        };
+        let _ = writeln!(out, "\n{title}");
+        let mut table: Vec<Vec<String>> = Vec::new();
+        let mut header = vec!["library".to_owned()];
+        header.extend(columns.iter().map(|(h, _)| h.to_string()));
+        table.push(header);
+        let mut notes = Vec::new();
+        for (lib, outcome) in rows {
+            let mut row = vec![lib.name().to_owned()];
+            match outcome {
+                Ok(result) => row.extend(columns.iter().map(|(_, key)| {
+                    result
+                        .get(*key)
+                        .and_then(Value::as_f64)
+                        .map_or("-".into(), fmt_num)
+                })),
+                Err(reason) => {
+                    row.push("n/a".into());
+                    notes.push(format!("  {}: n/a: {reason}", lib.name()));
+                }
+            }
+            table.push(row);
+        }
+        let widths: Vec<usize> = (0..=columns.len())
+            .map(|c| {
+                table
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|s| s.len())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in &table {
+            let mut line = String::from(" ");
+            for (c, cell) in row.iter().enumerate() {
+                if c == 0 {
+                    let _ = write!(line, " {cell:<w$}", w = widths[c]);
+                } else {
+                    let _ = write!(line, "  {cell:>w$}", w = widths[c]);
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        for note in notes {
+            let _ = writeln!(out, "{note}");
+        }
+    }
+}
+
+/// Medians of every number over the repetitions; strings from the first; arrays kept per run.
+fn median_maps(maps: &[&Map<String, Value>]) -> Map<String, Value> {
+    let Some(first) = maps.first() else {
+        return Map::new();
+    };
+    first
+        .iter()
+        .map(|(key, value)| {
+            let values: Vec<&Value> = maps.iter().filter_map(|m| m.get(key)).collect();
+            let merged = match value {
+                Value::Number(_) => {
+                    let mut numbers: Vec<f64> = values.iter().filter_map(|v| v.as_f64()).collect();
+                    median(&mut numbers).map_or(Value::Null, Value::from)
+                }
+                Value::Object(_) => {
+                    let objects: Vec<&Map<String, Value>> =
+                        values.iter().filter_map(|v| v.as_object()).collect();
+                    Value::Object(median_maps(&objects))
+                }
+                Value::Array(_) if maps.len() > 1 => {
+                    Value::Array(values.into_iter().cloned().collect())
+                }
+                other => other.clone(),
+            };
+            (key.clone(), merged)
+        })
+        .collect()
+}
+
+fn median_outcome(outcomes: &[&Outcome]) -> Outcome {
+    let failures: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    if let Some(first) = failures.first() {
+        return Err(if failures.len() == outcomes.len() {
+            (*first).clone()
+        } else {
+            format!(
+                "failed in {} of {} runs: {first}",
+                failures.len(),
+                outcomes.len()
+            )
+        });
+    }
+    let maps: Vec<&Map<String, Value>> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+    let mut merged = median_maps(&maps);
+    merged.insert("samples".into(), maps.len().into());
+    // The worst wait of all samples, beside the median of each sample's worst.
+    let worst = maps
+        .iter()
+        .filter_map(|m| m.get("wait_max_us")?.as_f64())
+        .fold(None, |worst: Option<f64>, w| {
+            Some(worst.map_or(w, |x| x.max(w)))
+        });
+    if let Some(worst) = worst {
+        merged.insert("wait_max_us_worst".into(), worst.into());
+    }
+    Ok(merged)
+}
+
+/// Thousands separators above 1000, three significant-ish decimals below.
+fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let a = v.abs();
+    if a >= 1000.0 {
+        let digits = format!("{:.0}", a);
+        let mut grouped = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                grouped.push(',');
+            }
+            grouped.push(c);
+        }
+        format!("{}{grouped}", if v < 0.0 { "-" } else { "" })
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), fmt_num)
+}
+
+fn machine(redis_version: &str) -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into());
+    json!({
+        "cpu": cpu,
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "kernel": kernel,
+        "redis": redis_version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(fmt_num(11712.4), "11,712");
+        assert_eq!(fmt_num(1_234_567.0), "1,234,567");
+        assert_eq!(fmt_num(0.853), "0.85");
+        assert_eq!(fmt_num(2.0), "2");
+        assert_eq!(fmt_num(45.25), "45.2");
+        assert_eq!(fmt_num(-1500.0), "-1,500");
+    }
+
+    #[test]
+    fn medians_go_through_nested_objects_and_failures_are_kept() {
+        let a: Map<String, Value> =
+            serde_json::from_str(r#"{"x": 1, "c": {"evalsha": 2}, "s": "k"}"#).unwrap();
+        let b: Map<String, Value> =
+            serde_json::from_str(r#"{"x": 3, "c": {"evalsha": 4}, "s": "k"}"#).unwrap();
+        let c: Map<String, Value> =
+            serde_json::from_str(r#"{"x": 2, "c": {"evalsha": 3}, "s": "k"}"#).unwrap();
+        let merged = median_maps(&[&a, &b, &c]);
+        assert_eq!(merged["x"], 2.0);
+        assert_eq!(merged["c"]["evalsha"], 3.0);
+        assert_eq!(merged["s"], "k");
+        let outcomes: Vec<Outcome> = vec![Ok(a), Err("boom".into())];
+        let refs: Vec<&Outcome> = outcomes.iter().collect();
+        assert_eq!(
+            median_outcome(&refs).unwrap_err(),
+            "failed in 1 of 2 runs: boom"
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! One benchmark run: start the server, learn each library's command origins, then for every
+//! repetition measure the floor and every workload for every library, in the same order.
+
+use crate::calibrate::{calibrate, Origins, Shape};
+use crate::cli::{Config, Workload};
+use crate::clients::{Client, LibId};
+use crate::floor;
+use crate::workloads::{attribute, contended, held, uncontended};
+use distlock_test_support::RedisServer;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A workload's numbers for one library, or why it has none.
+pub(crate) type Outcome = Result<Map<String, Value>, String>;
+
+/// Result sections, in report order.
+pub(crate) const SECTIONS: [&str; 6] = [
+    "sequential",
+    "parallel",
+    "contended",
+    "contended_processes",
+    "held",
+    "attribute",
+];
+
+/// Everything measured, before aggregation.
+pub(crate) struct Measured {
+    pub(crate) redis_version: String,
+    /// The full floor, once per run.
+    pub(crate) floors: Vec<Map<String, Value>>,
+    /// Per section, its samples: one per run, or one per slice of every run for the sliced
+    /// workloads; each sample holds every library's outcome.
+    pub(crate) samples: BTreeMap<&'static str, Vec<Vec<(LibId, Outcome)>>>,
+    pub(crate) script_only: BTreeMap<LibId, Vec<String>>,
+}
+
+struct Subject {
+    client: Arc<Client>,
+    uncontended: Origins,
+    contended: Origins,
+}
+
+pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Measured, String> {
+    let server = RedisServer::start();
+    let redis_version = crate::server_stats::version(&server);
+    progress(format!(
+        "redis-server {redis_version} on {} (pid {})",
+        server.addr(),
+        server.pid()
+    ));
+
+    let mut subjects = Vec::new();
+    let mut script_only = BTreeMap::new();
+    for &lib in &config.libs {
+        let client = Arc::new(Client::connect(lib, &server.url())?);
+        client.warm_up("calibration").await?;
+        let uncontended = calibrate(&server, &client, Shape::Uncontended).await?;
+        let contended = calibrate(&server, &client, Shape::Contended).await?;
+        script_only.insert(lib, uncontended.script_only());
+        subjects.push(Subject {
+            client,
+            uncontended,
+            contended,
+        });
+    }
+
+    let mut measured = Measured {
+        redis_version,
+        floors: Vec::new(),
+        samples: BTreeMap::new(),
+        script_only,
+    };
+    for rep in 0..config.runs {
+        let label = |what: &str| format!("run {}/{}: {what}", rep + 1, config.runs);
+        progress(label("floor"));
+        let floor = floor::measure(
+            &server,
+            config.floor_requests,
+            config.tasks,
+            config.duration.min(Duration::from_secs(1)),
+        )
+        .await;
+        for &workload in &config.workloads {
+            progress(label(workload.name()));
+            let samples = match workload {
+                Workload::Sequential => {
+                    uncontended_slices(config, &server, &subjects, &floor, 1, rep).await
+                }
+                Workload::Parallel => {
+                    uncontended_slices(config, &server, &subjects, &floor, config.tasks, rep).await
+                }
+                Workload::Contended => {
+                    contended_slices(config, &server, &subjects, rep, &mut measured).await;
+                    Vec::new()
+                }
+                Workload::Held => {
+                    let periods = if config.smoke { 1 } else { 2 };
+                    let mut rows = Vec::new();
+                    for &lib in &config.libs {
+                        let outcome = match lib {
+                            LibId::Distlock => {
+                                held::distlock(&server, config.leases, config.lease_ttl, periods)
+                                    .await
+                            }
+                            // A fixed lease is never renewed: nothing to measure.
+                            LibId::DistlockFixed => continue,
+                            LibId::Rslock => {
+                                held::rslock(&server, config.leases, config.lease_ttl, periods)
+                                    .await
+                            }
+                            LibId::Redlock => Err(held::REDLOCK_NA.to_owned()),
+                        };
+                        rows.push((lib, outcome));
+                    }
+                    vec![("held", rows)]
+                }
+                Workload::Attribute => {
+                    let (rounds, calls) = config.attribute_rounds;
+                    let outcome = attribute::run(rounds, calls).await;
+                    vec![("attribute", vec![(LibId::Distlock, outcome)])]
+                }
+            };
+            for (section, rows) in samples {
+                measured.push(section, rows);
+            }
+        }
+        measured.floors.push(floor);
+    }
+    Ok(measured)
+}
+
+impl Measured {
+    fn push(&mut self, section: &'static str, rows: Vec<(LibId, Outcome)>) {
+        self.samples.entry(section).or_default().push(rows);
+    }
+}
+
+/// Workloads 1 and 2 in `config.slices` slices: the libraries take turns slice by slice, and
+/// each slice's ratios are taken against the floor measured just before it and against rslock's
+/// run in the same slice, so that the machine changing speed during a run (it does, on a shared
+/// VM) moves every library and its floor alike.
+async fn uncontended_slices(
+    config: &Config,
+    server: &RedisServer,
+    subjects: &[Subject],
+    floor: &Map<String, Value>,
+    tasks: usize,
+    rep: usize,
+) -> Vec<(&'static str, Vec<(LibId, Outcome)>)> {
+    let (section, floor_key, client_floor_key) = if tasks == 1 {
+        ("sequential", "sequential_cycle_floor", "redis_rs_set_per_s")
+    } else {
+        (
+            "parallel",
+            "parallel_cycle_floor",
+            "redis_rs_set_per_s_at_tasks",
+        )
+    };
+    let slice_length = config.duration / config.slices as u32;
+    let mut samples = Vec::new();
+    for slice in 0..config.slices {
+        let mut slice_floor = floor.clone();
+        if config.slices > 1 {
+            let requests = if tasks == 1 { 3_000 } else { 20_000 };
+            if let Ok(rate) = floor::redis_benchmark_rate(server.port(), tasks, requests).await {
+                slice_floor.insert(floor_key.into(), (rate / 2.0).into());
+            }
+        }
+        let mut rows = Vec::new();
+        for subject in subjects {
+            let lib = subject.client.lib;
+            let tag = format!("{section}:{rep}:{slice}:{}", lib.name());
+            let outcome = uncontended::run(
+                server,
+                &subject.client,
+                &subject.uncontended,
+                tasks,
+                slice_length,
+                &tag,
+            )
+            .await;
+            rows.push((lib, outcome));
+        }
+        add_ratio(&mut rows, "ratio_to_floor", &slice_floor, floor_key, 1.0);
+        add_ratio(&mut rows, "ratio_to_redis_rs", floor, client_floor_key, 2.0);
+        add_ratio_to_rslock(&mut rows, "cycles_per_s");
+        samples.push((section, rows));
+    }
+    samples
+}
+
+/// Workload 3 in `config.contended_slices` slices, the libraries taking turns: one process,
+/// then two processes.
+async fn contended_slices(
+    config: &Config,
+    server: &RedisServer,
+    subjects: &[Subject],
+    rep: usize,
+    measured: &mut Measured,
+) {
+    let slice_length = config.duration / config.contended_slices as u32;
+    for slice in 0..config.contended_slices {
+        let mut rows = Vec::new();
+        for subject in subjects {
+            let lib = subject.client.lib;
+            let outcome = contended::in_process(
+                server,
+                &subject.client,
+                &subject.contended,
+                config.contenders,
+                slice_length,
+                config.critical_section,
+                &format!("{rep}:{slice}:{}", lib.name()),
+            )
+            .await;
+            rows.push((lib, outcome));
+        }
+        add_ratio_to_rslock(&mut rows, "cs_per_s");
+        measured.push("contended", rows);
+        let mut rows = Vec::new();
+        for subject in subjects {
+            let lib = subject.client.lib;
+            let outcome = contended::across_processes(
+                server,
+                &subject.client,
+                &subject.contended,
+                2,
+                config.contenders / 2,
+                slice_length,
+                config.critical_section,
+                &format!("procs:{rep}:{slice}:{}", lib.name()),
+            )
+            .await;
+            rows.push((lib, outcome));
+        }
+        add_ratio_to_rslock(&mut rows, "cs_per_s");
+        measured.push("contended_processes", rows);
+    }
+}
+
+/// `name` = cycles/s ÷ (the floor's `floor_key` ÷ `per_cycle`), within this sample.
+/// `sequential_cycle_floor` and `parallel_cycle_floor` are cycles/s already (`per_cycle` 1);
+/// the redis-rs SET rates are commands/s, 2 per cycle.
+fn add_ratio(
+    rows: &mut [(LibId, Outcome)],
+    name: &str,
+    floor: &Map<String, Value>,
+    floor_key: &str,
+    per_cycle: f64,
+) {
+    let Some(reference) = floor.get(floor_key).and_then(Value::as_f64) else {
+        return;
+    };
+    for (_, outcome) in rows.iter_mut() {
+        if let Ok(result) = outcome {
+            if let Some(value) = result.get("cycles_per_s").and_then(Value::as_f64) {
+                result.insert(name.into(), (value / (reference / per_cycle)).into());
+            }
+        }
+    }
+}
+
+/// `ratio_to_rslock` = `metric` / rslock's `metric`, within this sample.
+fn add_ratio_to_rslock(rows: &mut [(LibId, Outcome)], metric: &str) {
+    let reference = rows.iter().find_map(|(lib, outcome)| match (lib, outcome) {
+        (LibId::Rslock, Ok(result)) => result.get(metric).and_then(Value::as_f64),
+        _ => None,
+    });
+    let Some(reference) = reference.filter(|r| *r > 0.0) else {
+        return;
+    };
+    for (_, outcome) in rows.iter_mut() {
+        if let Ok(result) = outcome {
+            if let Some(value) = result.get(metric).and_then(Value::as_f64) {
+                result.insert("ratio_to_rslock".into(), (value / reference).into());
+            }
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The five workloads; each file measures one and returns its numbers as a JSON object.
+
+pub(crate) mod attribute;
+pub(crate) mod contended;
+pub(crate) mod held;
+pub(crate) mod uncontended;

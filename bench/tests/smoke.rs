@@ -1,0 +1,69 @@
+//! The benchmark works: `--smoke` runs every workload for every library once, at sizes that
+//! finish in seconds, and ends with a JSON line that parses. Its numbers mean nothing and are not
+//! checked here; BENCHMARKS.md has the real run.
+
+use serde_json::Value;
+use std::process::Command;
+
+const SECTIONS: [&str; 6] = [
+    "sequential",
+    "parallel",
+    "contended",
+    "contended_processes",
+    "held",
+    "attribute",
+];
+
+#[test]
+fn smoke_run_ends_with_a_json_line_that_parses() {
+    let output = Command::new(env!("CARGO_BIN_EXE_distlock-bench"))
+        .arg("--smoke")
+        .output()
+        .expect("distlock-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "distlock-bench --smoke exited with {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    let line = stdout.lines().last().expect("at least one line of output");
+    let json: Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("the last line is not JSON ({e}): {line}"));
+
+    assert_eq!(json["bench"], "distlock-bench");
+    assert_eq!(json["smoke"], true);
+    assert!(
+        json["floor"]["rtt_set_per_s"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{json}"
+    );
+    for section in SECTIONS {
+        let distlock = &json["results"][section]["distlock"];
+        assert!(
+            distlock.is_object() && distlock.get("na").is_none(),
+            "{section}: distlock has no result: {distlock}"
+        );
+    }
+    for section in &SECTIONS[..5] {
+        let rslock = &json["results"][section]["rslock"];
+        assert!(
+            rslock.is_object() && rslock.get("na").is_none(),
+            "{section}: rslock has no result: {rslock}"
+        );
+    }
+    // redlock cannot hold a lease past its TTL; every other workload has a row for it.
+    for section in &SECTIONS[..4] {
+        let redlock = &json["results"][section]["redlock"];
+        assert!(
+            redlock.is_object() && redlock.get("na").is_none(),
+            "{section}: redlock has no result: {redlock}"
+        );
+    }
+    assert!(json["results"]["held"]["redlock"]["na"].is_string());
+    assert!(
+        json["targets"].as_array().is_some_and(|t| !t.is_empty()),
+        "no targets in {json}"
+    );
+}
