@@ -150,16 +150,29 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
             in_flight.push(renew(inner.clone(), batch.to_vec()));
         }
         drop(inner);
-        let sleep = async {
-            match wake_at {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
+        // Rescan when the timer fires, when a registration needs an earlier look, or when the
+        // last batch of a round has answered — not after every batch: with thousands of leases a
+        // scan per reply would make a period's cost grow with the square of the leases.
+        let mut wake_at = wake_at;
+        loop {
+            let sleep = async {
+                match wake_at {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = sleep => break,
+                () = shared.wake.notified() => break,
+                Some(outcome) = in_flight.next(), if !in_flight.is_empty() => {
+                    if let Some(retry_at) = apply(&shared, outcome) {
+                        wake_at = Some(wake_at.map_or(retry_at, |at| at.min(retry_at)));
+                    }
+                    if in_flight.is_empty() {
+                        break;
+                    }
+                }
             }
-        };
-        tokio::select! {
-            () = sleep => {}
-            () = shared.wake.notified() => {}
-            Some(outcome) = in_flight.next(), if !in_flight.is_empty() => apply(&shared, outcome),
         }
     }
 }
@@ -167,9 +180,9 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
 /// Marks expired leases lost and picks the leases to renew now; returns them with the instant the
 /// task must look again.
 ///
-/// When one lease is due, every lease past half its renewal period is renewed with it: renewing a
-/// little early costs nothing, and it brings leases taken at different times into one phase, so
-/// a period needs ceil(leases / batch) calls rather than one per acquisition time.
+/// When one lease is due, every lease renewed more than a tenth of a period ago is renewed with
+/// it: renewing early costs little, and it brings leases taken at different times into one phase
+/// at once, so a period needs ceil(leases / batch) calls rather than one per acquisition time.
 fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Option<Instant>) {
     let mut wake_at: Option<Instant> = None;
     let mut wake = |at: Instant| wake_at = Some(wake_at.map_or(at, |earliest| earliest.min(at)));
@@ -191,8 +204,9 @@ fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Opt
             continue;
         }
         any_due |= now >= entry.next_renewal;
-        let half_period = lease.ttl / 6;
-        if now + half_period >= entry.next_renewal {
+        // Ripe: renewed (or taken) at least a tenth of a period ago.
+        let period = lease.ttl / 3;
+        if now + period - period / 10 >= entry.next_renewal {
             ripe.push((*id, lease.clone()));
         }
         wake(entry.next_renewal);
@@ -242,9 +256,11 @@ async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>
     }
 }
 
-fn apply(shared: &Shared, outcome: BatchOutcome) {
+/// Applies a batch's answers; returns when a failed renewal is to be retried, if one failed.
+fn apply(shared: &Shared, outcome: BatchOutcome) -> Option<Instant> {
     let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
     let now = Instant::now();
+    let mut retry_at = None;
     for (i, id) in outcome.ids.iter().enumerate() {
         // A lease released while its renewal was in flight is no longer ours to judge.
         let Some(entry) = table.entries.get_mut(id) else {
@@ -260,7 +276,13 @@ fn apply(shared: &Shared, outcome: BatchOutcome) {
             }
             Some(Ownership::Gone) => lease.mark_lost(LostReason::Gone),
             Some(Ownership::Foreign) => lease.mark_lost(LostReason::Stolen),
-            None => entry.next_renewal = now + retry_after(lease.ttl),
+            None => {
+                entry.next_renewal = now + retry_after(lease.ttl);
+                retry_at = Some(
+                    retry_at.map_or(entry.next_renewal, |at: Instant| at.min(entry.next_renewal)),
+                );
+            }
         }
     }
+    retry_at
 }

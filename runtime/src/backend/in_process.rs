@@ -10,7 +10,7 @@ use super::{Acquired, Holder, Ownership, Renewal, Store, StoreResult};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,6 +28,10 @@ struct State {
     /// Fencing counters, each forgotten `fence_counter_ttl` after its last use: memory stays
     /// bounded by the keys used recently, as with the Redis counter's TTL.
     counters: HashMap<String, (u64, Instant)>,
+    /// One entry per live counter, roughly in expiry order: the oldest are forgotten in
+    /// amortised O(1) per operation, never by walking all counters. An entry whose counter was
+    /// written again since goes back to the end with the new expiry.
+    counter_expiries: VecDeque<(Instant, String)>,
     operations_since_sweep: usize,
 }
 
@@ -37,7 +41,7 @@ struct Entry {
     expires_at: Instant,
 }
 
-/// Expired entries are removed every this many operations.
+/// Expired, never-released locks are removed every this many operations.
 const SWEEP_EVERY: usize = 1024;
 
 impl InProcessStore {
@@ -56,9 +60,21 @@ impl InProcessStore {
         if state.operations_since_sweep >= SWEEP_EVERY {
             state.operations_since_sweep = 0;
             state.locks.retain(|_, entry| entry.expires_at > now);
-            state
-                .counters
-                .retain(|_, (_, expires_at)| *expires_at > now);
+        }
+        while let Some((expires_at, _)) = state.counter_expiries.front() {
+            if *expires_at > now {
+                break;
+            }
+            let (_, key) = state.counter_expiries.pop_front().expect("front exists");
+            match state.counters.get(&key) {
+                Some((_, until)) if *until > now => {
+                    let until = *until;
+                    state.counter_expiries.push_back((until, key));
+                }
+                _ => {
+                    state.counters.remove(&key);
+                }
+            }
         }
         f(&mut state, now)
     }
@@ -90,9 +106,16 @@ impl InProcessStore {
                 _ => 0,
             };
             let fence = (last + 1).max(unix_micros());
-            state
+            let expires_at = now + self.fence_counter_ttl;
+            if state
                 .counters
-                .insert(key.to_owned(), (fence, now + self.fence_counter_ttl));
+                .insert(key.to_owned(), (fence, expires_at))
+                .is_none()
+            {
+                state
+                    .counter_expiries
+                    .push_back((expires_at, key.to_owned()));
+            }
             state.locks.insert(
                 key.to_owned(),
                 Entry {
@@ -192,5 +215,42 @@ impl Store for InProcessStore {
     fn doctor(&self) -> BoxFuture<'_, StoreResult<Vec<crate::Finding>>> {
         // Nothing to configure: the map lives and dies with the process, as documented.
         Box::pin(future::ready(Ok(Vec::new())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_counters_are_forgotten_without_walking_them_all() {
+        let store = InProcessStore::new(Duration::from_millis(1));
+        for i in 0..1_000 {
+            let owner = Owner::random();
+            let key = format!("k{i}");
+            assert!(matches!(
+                store.acquire_now(&key, &owner, Duration::from_secs(1)),
+                Acquired::Yes { .. }
+            ));
+            store.with_state(|state, _| state.locks.remove(&key));
+        }
+        // No event marks a TTL running out; waiting it out is the point.
+        std::thread::sleep(Duration::from_millis(5));
+        let (counters, queued) =
+            store.with_state(|state, _| (state.counters.len(), state.counter_expiries.len()));
+        assert_eq!((counters, queued), (0, 0));
+
+        // A key used over and over keeps one counter and one queue entry.
+        let owner = Owner::random();
+        for _ in 0..100 {
+            store.acquire_now("hot", &owner, Duration::from_secs(1));
+            store.with_state(|state, _| state.locks.remove("hot"));
+        }
+        let (counters, queued) =
+            store.with_state(|state, _| (state.counters.len(), state.counter_expiries.len()));
+        assert!(
+            counters <= 1 && queued <= 1,
+            "{counters} counters, {queued} queued"
+        );
     }
 }
