@@ -107,23 +107,22 @@ async fn locks_work_again_after_the_server_restarts() {
     guard.release().await.unwrap();
 }
 
+/// An acquire that must fail, and within a bounded time.
+async fn fails_soon(backend: &Backend, key: &str) -> LockError {
+    let started = Instant::now();
+    let err = Lock::new(key).on(backend).acquire().await.unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    err
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_a_backend_error_soon() {
     let backend = Backend::builder(format!("redis://127.0.0.1:{}", free_port()))
         .connect_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let started = Instant::now();
-    let err = Lock::new("nobody-home")
-        .on(&backend)
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    let err = fails_soon(&backend, "nobody-home").await;
     let LockError::Backend(failure) = &err else {
         panic!("expected Backend, got {err:?}")
     };
@@ -145,17 +144,7 @@ async fn a_partitioned_server_is_a_backend_error_soon() {
         .response_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let started = Instant::now();
-    let err = Lock::new("partitioned")
-        .on(&backend)
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
+    let err = fails_soon(&backend, "partitioned").await;
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
 }
 

@@ -57,18 +57,27 @@ fn spawn_waiter(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_the_waiter_without_polling() {
+/// A lock held on one client and a waiter on another that relies on notifications alone (its
+/// backoff sleeps at least `NO_POLLING`), already subscribed.
+async fn held_with_a_subscribed_waiter(
+    key: &str,
+) -> (
+    SingleRedis,
+    distlock::LockGuard,
+    tokio::task::JoinHandle<Result<Instant, LockError>>,
+) {
     let fx = SingleRedis::start(|b| b);
     let waiters = fx.another_backend();
     raw::set_backoff_floor(&waiters, NO_POLLING);
-    let holder = Lock::new("notified")
-        .on(fx.backend())
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = spawn_waiter(&waiters, "notified", Duration::from_secs(60));
-    until_subscribers(&fx.server, "notified", 1).await;
+    let holder = Lock::new(key).on(fx.backend()).acquire().await.unwrap();
+    let waiter = spawn_waiter(&waiters, key, Duration::from_secs(60));
+    until_subscribers(&fx.server, key, 1).await;
+    (fx, holder, waiter)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_without_polling() {
+    let (fx, holder, waiter) = held_with_a_subscribed_waiter("notified").await;
     let released = Instant::now();
     holder.release().await.unwrap();
     let acquired = waiter.await.unwrap().unwrap();
@@ -117,16 +126,7 @@ async fn a_release_inside_the_subscribe_window_is_not_missed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_subscription_connection_resubscribes_by_itself() {
-    let fx = SingleRedis::start(|b| b);
-    let waiters = fx.another_backend();
-    raw::set_backoff_floor(&waiters, NO_POLLING);
-    let holder = Lock::new("killed-sub")
-        .on(fx.backend())
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = spawn_waiter(&waiters, "killed-sub", Duration::from_secs(60));
-    until_subscribers(&fx.server, "killed-sub", 1).await;
+    let (fx, holder, waiter) = held_with_a_subscribed_waiter("killed-sub").await;
     let killed = fx
         .server
         .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
