@@ -27,8 +27,8 @@ impl From<LockError> for TestError {
 impl TestError {
     fn lost_reason(&self) -> Option<LostReason> {
         match self {
-            TestError::Lock(LockError::Lost { reason, .. }) => Some(*reason),
-            _ => None,
+            TestError::Lock(err) => err.lost_reason(),
+            TestError::Domain(_) => None,
         }
     }
 }

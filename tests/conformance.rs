@@ -110,16 +110,7 @@ async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
         .await
         .unwrap();
     let lost = guard.lost().await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{lost:?}"
-    );
+    assert_eq!(lost.lost_reason(), Some(LostReason::Expired), "{lost:?}");
     assert!(!guard.is_held());
     // Our local validity ends before the server's TTL (drift margin): wait for the server.
     let next = Lock::new(&key)
@@ -266,10 +257,7 @@ async fn a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease<F: Fixture>
         }
         let started = Instant::now();
         let lost = guard.lost().await;
-        assert!(
-            matches!(lost, LockError::Lost { reason: r, .. } if r == reason),
-            "{lost:?}"
-        );
+        assert_eq!(lost.lost_reason(), Some(reason), "{lost:?}");
         assert!(
             started.elapsed() < ttl,
             "found at the next renewal, before validity ran out"
@@ -362,16 +350,7 @@ async fn a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone<F: Fix
     .unwrap()
     .unwrap();
     let err = outcome.expect_err("the stalled holder must see its lease lost");
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.lost_reason(), Some(LostReason::Expired), "{err:?}");
 }
 
 async fn renewals_are_batched<F: Fixture>() {
@@ -513,16 +492,7 @@ async fn abort_drops_the_body_when_the_lease_is_lost<F: Fixture>() {
         })
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            LockError::Lost {
-                reason: LostReason::Expired,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.lost_reason(), Some(LostReason::Expired), "{err:?}");
     assert!(reached_end_rx.try_recv().is_err(), "the body was dropped");
 }
 
@@ -538,14 +508,9 @@ async fn max_hold_stops_renewal<F: Fixture>() {
         .unwrap();
     let started = Instant::now();
     let lost = guard.lost().await;
-    assert!(
-        matches!(
-            lost,
-            LockError::Lost {
-                reason: LostReason::MaxHoldExceeded,
-                ..
-            }
-        ),
+    assert_eq!(
+        lost.lost_reason(),
+        Some(LostReason::MaxHoldExceeded),
         "{lost:?}"
     );
     assert!(

@@ -168,6 +168,14 @@ impl LockError {
         matches!(self, LockError::Lost { .. })
     }
 
+    /// Why the lease was lost, for [`LockError::Lost`]; `None` for every other error.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match self {
+            LockError::Lost { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+
     pub(crate) fn invalid_config(setting: impl Into<String>, problem: impl Into<String>) -> Self {
         LockError::InvalidConfig {
             setting: setting.into(),
