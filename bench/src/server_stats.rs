@@ -100,6 +100,35 @@ impl Delta {
             .collect()
     }
 
+    /// Records what the server did per `units` (cycles, locks) in `result`, as
+    /// `<metric>_per_<unit>`: client and server commands, Redis execution and CPU time, the
+    /// client's CPU when known, every command's count, and the commands no miniature classified.
+    pub(crate) fn record_costs(
+        &self,
+        result: &mut serde_json::Map<String, serde_json::Value>,
+        origins: &Origins,
+        units: u64,
+        unit: &str,
+        client_cpu: Option<Duration>,
+    ) {
+        let per_unit = |total: f64| total / units.max(1) as f64;
+        let mut put = |metric: &str, value: f64| {
+            result.insert(format!("{metric}_per_{unit}"), value.into());
+        };
+        put("client_cmds", per_unit(self.client_commands(origins)));
+        put("server_cmds", per_unit(self.total() as f64));
+        put("redis_exec_us", per_unit(self.client_exec_us(origins)));
+        put("redis_cpu_us", per_unit(self.cpu.as_secs_f64() * 1e6));
+        if let Some(cpu) = client_cpu {
+            put("client_cpu_us", per_unit(cpu.as_secs_f64() * 1e6));
+        }
+        result.insert(format!("commands_per_{unit}"), self.per_unit(units).into());
+        result.insert(
+            "unclassified_commands".into(),
+            self.unclassified(origins).into(),
+        );
+    }
+
     /// `name=calls/unit` for every command, for the JSON line.
     pub(crate) fn per_unit(&self, units: u64) -> serde_json::Map<String, serde_json::Value> {
         self.calls

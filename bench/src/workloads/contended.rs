@@ -123,7 +123,7 @@ pub(crate) async fn in_process(
     let client_cpu = process_cpu().saturating_sub(cpu_before);
     let delta = window.close(server);
     let mut result = analyze(acquisitions, workers, 1)?;
-    add_commands(&mut result, &delta, origins, Some(client_cpu));
+    record_lock_costs(&mut result, &delta, origins, Some(client_cpu));
     Ok(result)
 }
 
@@ -172,7 +172,7 @@ pub(crate) async fn across_processes(
         child.wait()?;
     }
     let mut result = analyze(acquisitions, processes * per_process, processes)?;
-    add_commands(&mut result, &delta, origins, None);
+    record_lock_costs(&mut result, &delta, origins, None);
     Ok(result)
 }
 
@@ -394,41 +394,14 @@ pub(crate) fn analyze(
     Ok(result)
 }
 
-fn add_commands(
+fn record_lock_costs(
     result: &mut Map<String, Value>,
     delta: &Delta,
     origins: &Origins,
     client_cpu: Option<Duration>,
 ) {
     let locks = result["critical_sections"].as_u64().unwrap_or(1).max(1);
-    let per_lock = |total: f64| total / locks as f64;
-    result.insert(
-        "client_cmds_per_lock".into(),
-        per_lock(delta.client_commands(origins)).into(),
-    );
-    result.insert(
-        "server_cmds_per_lock".into(),
-        per_lock(delta.total() as f64).into(),
-    );
-    result.insert(
-        "redis_exec_us_per_lock".into(),
-        per_lock(delta.client_exec_us(origins)).into(),
-    );
-    result.insert(
-        "redis_cpu_us_per_lock".into(),
-        per_lock(delta.cpu.as_secs_f64() * 1e6).into(),
-    );
-    if let Some(cpu) = client_cpu {
-        result.insert(
-            "client_cpu_us_per_lock".into(),
-            per_lock(cpu.as_secs_f64() * 1e6).into(),
-        );
-    }
-    result.insert("commands_per_lock".into(), delta.per_unit(locks).into());
-    result.insert(
-        "unclassified_commands".into(),
-        delta.unclassified(origins).into(),
-    );
+    delta.record_costs(result, origins, locks, "lock", client_cpu);
 }
 
 #[cfg(test)]

@@ -73,34 +73,10 @@ pub(crate) async fn run(
     result.insert("p50_us".into(), us(quantile(&latencies, 0.50)).into());
     result.insert("p99_us".into(), us(quantile(&latencies, 0.99)).into());
     result.insert("max_us".into(), us(quantile(&latencies, 1.0)).into());
-    result.insert(
-        "client_cmds_per_cycle".into(),
-        per_cycle(delta.client_commands(origins)).into(),
-    );
-    result.insert(
-        "server_cmds_per_cycle".into(),
-        per_cycle(delta.total() as f64).into(),
-    );
+    delta.record_costs(&mut result, origins, cycles, "cycle", Some(client_cpu));
     result.insert(
         "script_calls_per_cycle".into(),
         per_cycle(delta.script_calls() as f64).into(),
-    );
-    result.insert(
-        "redis_exec_us_per_cycle".into(),
-        per_cycle(delta.client_exec_us(origins)).into(),
-    );
-    result.insert(
-        "redis_cpu_us_per_cycle".into(),
-        per_cycle(delta.cpu.as_secs_f64() * 1e6).into(),
-    );
-    result.insert(
-        "client_cpu_us_per_cycle".into(),
-        per_cycle(client_cpu.as_secs_f64() * 1e6).into(),
-    );
-    result.insert("commands_per_cycle".into(), delta.per_unit(cycles).into());
-    result.insert(
-        "unclassified_commands".into(),
-        delta.unclassified(origins).into(),
     );
     Ok(result)
 }
