@@ -6,7 +6,7 @@
 //! before its validity ends. Each is measured over whole periods of its own.
 
 use crate::measure::process_cpu;
-use crate::server_stats::{self, Window};
+use crate::server_stats::{self, Delta, Window};
 use distlock::{Backend, Lease, Lock, LockGuard};
 use distlock_test_support::RedisServer;
 use serde_json::{Map, Value};
@@ -77,13 +77,11 @@ pub(crate) async fn distlock(
     let period = ttl / 3;
     tokio::time::sleep(period * 2).await;
     let stats_before = backend.stats();
-    let window = Window::open(server);
-    let cpu_before = process_cpu();
-    let window_start = Instant::now();
-    tokio::time::sleep(period * periods).await;
-    let elapsed = window_start.elapsed();
-    let client_cpu = process_cpu().saturating_sub(cpu_before);
-    let delta = window.close(server);
+    let Measured {
+        elapsed,
+        client_cpu,
+        delta,
+    } = measure_idle(server, period * periods).await;
     let stats = backend.stats();
     let still_held = guards.iter().filter(|g| g.is_held()).count();
     let probe = cycles_while_held(period, || async {
@@ -197,13 +195,11 @@ pub(crate) async fn rslock(
     let drift = ttl.mul_f64(0.01) + Duration::from_millis(2);
     let period = ttl.saturating_sub(drift + Duration::from_millis(500));
     tokio::time::sleep(period / 2).await;
-    let window = Window::open(server);
-    let cpu_before = process_cpu();
-    let window_start = Instant::now();
-    tokio::time::sleep(period * periods).await;
-    let elapsed = window_start.elapsed();
-    let client_cpu = process_cpu().saturating_sub(cpu_before);
-    let delta = window.close(server);
+    let Measured {
+        elapsed,
+        client_cpu,
+        delta,
+    } = measure_idle(server, period * periods).await;
     let probe = cycles_while_held(period, || async {
         let guard = manager
             .acquire(b"rslock:held:probe", crate::clients::FIXED_TTL)
@@ -252,6 +248,27 @@ pub(crate) async fn rslock(
         scale(delta.per_unit(1), 1.0 / measured_periods).into(),
     );
     Ok(result)
+}
+
+/// What the server and this process spent while the leases were only held, for `span`.
+struct Measured {
+    elapsed: Duration,
+    client_cpu: Duration,
+    delta: Delta,
+}
+
+async fn measure_idle(server: &RedisServer, span: Duration) -> Measured {
+    let window = Window::open(server);
+    let cpu_before = process_cpu();
+    let started = Instant::now();
+    tokio::time::sleep(span).await;
+    let elapsed = started.elapsed();
+    let client_cpu = process_cpu().saturating_sub(cpu_before);
+    Measured {
+        elapsed,
+        client_cpu,
+        delta: window.close(server),
+    }
 }
 
 /// What holding the leases costs every other lock operation of the client: sequential
