@@ -2,7 +2,7 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost.
 
-use crate::backend::{Acquired, Backend};
+use crate::backend::{Acquired, Backend, TestHooks};
 use crate::lease::HeldLease;
 use crate::owner::Owner;
 use crate::stats::Stats;
@@ -59,8 +59,8 @@ impl Request<'_> {
         let inner = &self.backend.inner;
         let store = &*inner.store;
         let owner = Owner::random();
-        let hooks = *inner.hooks.lock().unwrap_or_else(|e| e.into_inner());
-        let mut backoff = Backoff::new(inner.settings.max_backoff).with_floor(hooks.backoff_floor);
+        // Made on the first busy reply: an uncontended acquire never reads the test hooks.
+        let mut waiting: Option<(Backoff, TestHooks)> = None;
         let mut attempts = 0u32;
         let mut failed_in_a_row = 0u32;
         let mut maybe_taken = false;
@@ -94,6 +94,12 @@ impl Request<'_> {
                     if remaining == Some(Duration::ZERO) {
                         return Err(self.busy(key));
                     }
+                    let (backoff, hooks) = waiting.get_or_insert_with(|| {
+                        let hooks = *inner.hooks.lock().unwrap_or_else(|e| e.into_inner());
+                        let backoff = Backoff::new(inner.settings.max_backoff)
+                            .with_floor(hooks.backoff_floor);
+                        (backoff, hooks)
+                    });
                     let confirmed = turn
                         .watch
                         .as_ref()
