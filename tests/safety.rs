@@ -113,6 +113,16 @@ async fn hold(url: &str) {
         .unwrap();
 }
 
+/// Takes the worker's lock: succeeds once the stopped or killed holder's lease runs out.
+async fn take_over(backend: &Backend) -> distlock::LockGuard {
+    Lock::new("held")
+        .on(backend)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap()
+}
+
 #[test]
 fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
     let server = RedisServer::start();
@@ -162,13 +172,7 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
     let runtime = worker::runtime();
     let backend = backend(&server.url(), Duration::from_secs(5));
     let (guard, taken_after) = runtime.block_on(async {
-        // Succeeds once the paused holder's lease runs out on the server.
-        let guard = Lock::new("held")
-            .on(&backend)
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take_over(&backend).await;
         let taken_after = stopped_at.elapsed();
         let fenced = FencedStore::open(&server.url()).unwrap();
         let written = fenced
@@ -216,12 +220,7 @@ fn a_killed_holder_is_taken_over_within_its_lease() {
     assert!(!holder.wait().success());
     let takeover = worker::runtime().block_on(async {
         let backend = backend(&server.url(), Duration::from_secs(5));
-        let guard = Lock::new("held")
-            .on(&backend)
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+        let guard = take_over(&backend).await;
         let takeover = killed_at.elapsed();
         guard.release().await.unwrap();
         takeover
