@@ -98,6 +98,17 @@ use proc_macro::TokenStream;
 /// The keys are rendered from borrows of the arguments before the body runs, so the body may
 /// still move them.
 ///
+/// # Cancel safety
+///
+/// The generated future can be dropped at any point — a web handler whose client disconnected,
+/// `tokio::time::timeout`, `select!` — and no lock stays held for longer than one round trip plus
+/// a small margin: an acquire whose request may have run on the server is released in the
+/// background with its owner token, a body that was running stops being renewed at once and its
+/// lock is released in the background, a release in flight is finished in the background, and
+/// the next task of this process waiting for the key gets its turn. The background work runs on
+/// the current tokio runtime; if none is left (the runtime is shutting down), the lock expires by
+/// its TTL, counted in `Backend::stats().left_to_expire`. See `distlock::Lock::run`.
+///
 /// # What the function must look like
 ///
 /// - an `async fn` — free function, inherent method or trait-impl method (`async fn` in traits) —

@@ -2,9 +2,11 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost.
 
-use crate::backend::{Acquired, Backend, TestHooks};
+use crate::backend::{Acquired, Backend};
+use crate::hooks::{self, TestHooks};
 use crate::lease::HeldLease;
 use crate::owner::Owner;
+use crate::release::release_in_background;
 use crate::stats::Stats;
 use crate::wait::{Backoff, Turn};
 use crate::LockError;
@@ -27,9 +29,16 @@ pub(crate) struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// Acquires `key`; the returned turn must be kept until the key is released, so that the
-    /// next local waiter contends only after the release.
-    pub(crate) async fn acquire(&self, key: String) -> Result<(Arc<HeldLease>, Turn), LockError> {
+    /// Acquires `key`. The returned lease keeps the key's local turn until it is released, so
+    /// the next local waiter contends only after the release.
+    ///
+    /// # Cancel safety
+    /// Dropping this future at any point leaves nothing held for longer than one round trip:
+    /// queued behind a local turn, it leaves the queue; holding the turn, it passes the turn on;
+    /// with an acquire request in flight (or one whose reply was lost), it releases that
+    /// request's possible lock in the background with its owner token, and passes the turn on
+    /// once the server has seen the release.
+    pub(crate) async fn acquire(&self, key: String) -> Result<Arc<HeldLease>, LockError> {
         let span = tracing::info_span!(
             "distlock.acquire",
             key = %key,
@@ -37,11 +46,10 @@ impl Request<'_> {
             waited_us = tracing::field::Empty,
         );
         async {
-            let Some(mut turn) = self.backend.inner.gates.enter(&key, self.deadline).await else {
+            let Some(turn) = self.backend.inner.gates.enter(&key, self.deadline).await else {
                 return Err(self.busy(key));
             };
-            let lease = self.contend(key, &mut turn).await?;
-            Ok((lease, turn))
+            self.contend(Attempt::new(self.backend, key, turn)).await
         }
         .instrument(span)
         .await
@@ -55,51 +63,47 @@ impl Request<'_> {
         }
     }
 
-    async fn contend(&self, key: String, turn: &mut Turn) -> Result<Arc<HeldLease>, LockError> {
+    async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
         let store = &*inner.store;
-        let owner = Owner::random();
         // Made on the first busy reply: an uncontended acquire never reads the test hooks.
         let mut waiting: Option<(Backoff, TestHooks)> = None;
         let mut attempts = 0u32;
         let mut failed_in_a_row = 0u32;
-        let mut maybe_taken = false;
         let mut subscribed_since_last_wait = false;
         loop {
             attempts += 1;
             let sent_at = Instant::now();
-            let outcome = store.acquire(&key, &owner, self.ttl).await;
+            attempt.in_flight = true;
+            let outcome = store.acquire(&attempt.key, &attempt.owner, self.ttl).await;
+            attempt.in_flight = false;
             let span = tracing::Span::current();
             span.record("attempts", attempts);
             span.record("waited_us", self.started.elapsed().as_micros() as u64);
             match outcome {
                 Ok(Acquired::Yes { fence }) => {
                     Stats::bump(&inner.stats.acquired);
-                    return Ok(Arc::new(HeldLease::new(
-                        self.backend.clone(),
-                        key,
-                        owner,
-                        fence,
-                        self.ttl,
-                        self.renewing,
-                        sent_at,
-                        self.max_hold,
-                    )));
+                    return Ok(attempt.claim(self, fence, sent_at));
                 }
                 Ok(Acquired::Busy { ttl: holder_ttl }) => {
+                    Stats::bump(&inner.stats.busy_replies);
                     failed_in_a_row = 0;
                     let remaining = self
                         .deadline
                         .map(|deadline| deadline.saturating_duration_since(Instant::now()));
                     if remaining == Some(Duration::ZERO) {
-                        return Err(self.busy(key));
+                        return Err(self.busy(attempt.key.clone()));
                     }
                     let (backoff, hooks) = waiting.get_or_insert_with(|| {
-                        let hooks = *inner.hooks.lock().unwrap_or_else(|e| e.into_inner());
+                        let hooks = hooks::read(&inner.hooks);
                         let backoff = Backoff::new(inner.settings.max_backoff)
                             .with_floor(hooks.backoff_floor);
                         (backoff, hooks)
                     });
+                    let turn = attempt
+                        .turn
+                        .as_mut()
+                        .expect("the turn is kept until claimed");
                     let confirmed = turn
                         .watch
                         .as_ref()
@@ -111,7 +115,11 @@ impl Request<'_> {
                         if !hooks.subscribe_delay.is_zero() {
                             tokio::time::sleep(hooks.subscribe_delay).await;
                         }
-                        turn.watch = Some(store.watch(&key).await);
+                        let watch = store
+                            .watch(&attempt.key)
+                            .await
+                            .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
+                        attempt.turn.as_mut().expect("kept").watch = Some(watch);
                         subscribed_since_last_wait = true;
                         continue;
                     }
@@ -127,7 +135,7 @@ impl Request<'_> {
                 }
                 Err(failure) => {
                     failed_in_a_row += 1;
-                    maybe_taken |= failure.ambiguous;
+                    attempt.reply_lost |= failure.ambiguous;
                     tracing::debug!(
                         target: "distlock::acquire",
                         attempt = attempts,
@@ -136,9 +144,7 @@ impl Request<'_> {
                         "acquire round trip failed"
                     );
                     if failed_in_a_row >= MAX_FAILED_ATTEMPTS {
-                        if maybe_taken {
-                            release_in_background(self.backend.clone(), key, owner);
-                        }
+                        // Dropping `attempt` releases whatever a lost reply may have taken.
                         return Err(self.backend.backend_error("acquire", failure));
                     }
                 }
@@ -147,12 +153,66 @@ impl Request<'_> {
     }
 }
 
-/// A lost reply may have left the lock taken under `owner`; free it rather than let it block
-/// everyone for a whole TTL.
-fn release_in_background(backend: Backend, key: String, owner: Owner) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let _ = backend.inner.store.release(&key, &owner).await;
-        });
+/// One key's acquisition in progress: the owner token its requests carry and the key's local
+/// turn. Until a lease owns them, dropping it — a cancelled call, a returned error — releases in
+/// the background whatever a request in flight or a lost reply may have taken on the server;
+/// without such a request, it just passes the turn on.
+struct Attempt<'a> {
+    backend: &'a Backend,
+    key: String,
+    owner: Owner,
+    turn: Option<Turn>,
+    /// An acquire request is on its way; its outcome is unknown until the reply arrives.
+    in_flight: bool,
+    /// A reply was lost: that request may have taken the lock (sticky: a request on a broken
+    /// connection can still run after a later reply said "busy").
+    reply_lost: bool,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(backend: &'a Backend, key: String, turn: Turn) -> Self {
+        Attempt {
+            backend,
+            key,
+            owner: Owner::random(),
+            turn: Some(turn),
+            in_flight: false,
+            reply_lost: false,
+        }
+    }
+
+    /// The lock is ours: hands the owner token and the turn to a lease, which releases them
+    /// from now on.
+    fn claim(mut self, request: &Request<'_>, fence: u64, sent_at: Instant) -> Arc<HeldLease> {
+        let lease = HeldLease::new(
+            self.backend.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+            fence,
+            request.ttl,
+            request.renewing,
+            sent_at,
+            request.max_hold,
+        );
+        if let Some(turn) = self.turn.take() {
+            lease.keep_turn(turn);
+        }
+        self.reply_lost = false;
+        Arc::new(lease)
+    }
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !(self.in_flight || self.reply_lost) || self.key.is_empty() {
+            return; // Nothing may be held: the turn passes on as it drops.
+        }
+        let lease = HeldLease::unconfirmed(
+            self.backend.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+            self.turn.take(),
+        );
+        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
     }
 }

@@ -1,6 +1,6 @@
 //! Resource-side fencing: the check that makes a lock exact rather than approximately exclusive.
 
-use crate::backend::redis::{RedisStore, Timeouts};
+use crate::backend::redis::{RedisConfig, RedisStore, Timeouts, TlsFiles};
 use crate::scripts::FENCED_SET;
 use crate::LockError;
 use std::time::Duration;
@@ -50,11 +50,23 @@ impl FencedStore {
     /// A fenced resource store on the Redis at `url` (connects lazily).
     pub fn open(url: &str) -> Result<Self, LockError> {
         Ok(FencedStore {
-            store: RedisStore::open(url, "", Duration::from_secs(1), Timeouts::default())?,
+            store: RedisStore::open(RedisConfig {
+                url,
+                prefix: "",
+                fence_counter_ttl: Duration::from_secs(1),
+                timeouts: Timeouts::default(),
+                tls: &TlsFiles::default(),
+                hooks: Default::default(),
+            })?,
         })
     }
 
     /// Writes `value` to `key` if `token` is at least the highest token accepted for `key`.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent does not undo the write: it may or may
+    /// not have been applied, as with any lost reply. Writing the same value with the same token
+    /// again is harmless (equal tokens are accepted), so retry to learn the outcome.
     pub async fn write(
         &self,
         key: &str,

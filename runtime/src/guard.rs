@@ -1,15 +1,14 @@
 //! [`LockGuard`]: a held lock, and its release.
 
-use crate::acquire::MAX_FAILED_ATTEMPTS;
-use crate::backend::{Backend, Ownership};
+use crate::backend::Backend;
 use crate::context::{self, Frame};
 use crate::lease::HeldLease;
+use crate::release::{release_all, release_in_background};
 use crate::stats::Stats;
 use crate::watchdog::LeaseId;
 use crate::{LockError, OnLost};
 use std::future::Future;
 use std::sync::Arc;
-use tracing::Instrument;
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,13 +28,15 @@ pub(crate) struct Held {
     pub(crate) lease: Arc<HeldLease>,
 }
 
-/// A held lock. Dropping it stops renewal at once and releases the lock in the background (the
-/// TTL is the backstop); [`release`](Self::release) does it explicitly and reports the outcome.
+/// A held lock. Dropping it stops renewal at once and releases the lock in the background, one
+/// round trip later; [`release`](Self::release) does it explicitly and reports the outcome.
 ///
-/// # Cancellation safety
+/// # Dropping
 /// Dropping the guard (or a future holding it) never leaks a renewal: the lease leaves the
-/// watchdog synchronously in `Drop`, so the key expires within one TTL even if the background
-/// release cannot run.
+/// watchdog synchronously in `Drop`. The release then runs on a task of the current tokio
+/// runtime; with no runtime left to run it (dropped outside one, or while it shuts down), the
+/// key expires by its TTL and is counted in
+/// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire).
 pub struct LockGuard {
     backend: Backend,
     held: Vec<Held>,
@@ -93,6 +94,9 @@ impl LockGuard {
     }
 
     /// Resolves when any key's lease is lost, with the `LockError::Lost` describing it.
+    ///
+    /// # Cancel safety
+    /// Only observes: dropping the future changes nothing, and it can be awaited again.
     pub async fn lost(&self) -> LockError {
         let losses = self.leases().map(|lease| {
             Box::pin(async move {
@@ -108,9 +112,26 @@ impl LockGuard {
 
     /// Stops renewal and releases every key. A key that had expired or was taken over is reported
     /// (a tracing warning and the backend's stats) and in the returned value, not as an error.
+    ///
+    /// # Cancel safety
+    /// Dropping this future before it completes, even with a release in flight, finishes the
+    /// release in the background: the keys are free one round trip later either way. (With no
+    /// runtime left to run it, they expire by their TTL, counted in
+    /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire).)
     pub async fn release(mut self) -> Result<Released, LockError> {
+        let leases = self.take_leases();
+        release_all(&self.backend, leases).await
+    }
+
+    /// Takes every lease out of the guard and out of the watchdog: renewal stops now.
+    fn take_leases(&mut self) -> Vec<Arc<HeldLease>> {
         let held = std::mem::take(&mut self.held);
-        release_all(&self.backend, held).await
+        held.into_iter()
+            .map(|held| {
+                self.backend.inner.watchdog.deregister(held.id);
+                held.lease
+            })
+            .collect()
     }
 
     /// Runs `body` in the task-local context of this guard's keys, with the lost-lease policy.
@@ -156,87 +177,8 @@ impl Drop for LockGuard {
         if self.held.is_empty() {
             return;
         }
-        // Renewal stops now, whatever happens to the release below.
-        for held in &self.held {
-            self.backend.inner.watchdog.deregister(held.id);
-        }
-        let held = std::mem::take(&mut self.held);
-        let backend = self.backend.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = release_all(&backend, held).await;
-            });
-        }
+        // Renewal stops now, whatever happens to the release.
+        let leases = self.take_leases();
+        release_in_background(self.backend.clone(), leases.into(), false);
     }
-}
-
-async fn release_all(backend: &Backend, held: Vec<Held>) -> Result<Released, LockError> {
-    for key in &held {
-        backend.inner.watchdog.deregister(key.id);
-    }
-    let mut worst = Released::Released;
-    let mut first_error = None;
-    for key in held {
-        match release_one(backend, &key.lease).await {
-            Ok(Released::Released) => {}
-            Ok(other) => worst = other,
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
-        }
-        // Only now may the next local waiter contend: the server has seen our release.
-        key.lease.pass_turn();
-    }
-    match first_error {
-        Some(err) => Err(err),
-        None => Ok(worst),
-    }
-}
-
-/// Releases one key, retrying a round trip whose reply was lost (the script is idempotent: a
-/// retry after a successful release finds the key gone, which then means "released").
-async fn release_one(backend: &Backend, lease: &HeldLease) -> Result<Released, LockError> {
-    let span =
-        tracing::info_span!("distlock.release", key = %lease.key, fencing_token = lease.fence);
-    async {
-        let stats = &backend.inner.stats;
-        let mut reply_lost = false;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match backend.inner.store.release(&lease.key, &lease.owner).await {
-                Ok(Ownership::Ours) => {
-                    Stats::bump(&stats.released);
-                    return Ok(Released::Released);
-                }
-                Ok(Ownership::Gone) if reply_lost => {
-                    tracing::debug!(target: "distlock::release", "released; an earlier reply was lost");
-                    Stats::bump(&stats.released);
-                    return Ok(Released::Released);
-                }
-                Ok(Ownership::Gone) => {
-                    Stats::bump(&stats.release_found_expired);
-                    tracing::warn!(
-                        target: "distlock::release",
-                        key = %lease.key,
-                        "the lock had expired before it was released; the work after its expiry was unprotected"
-                    );
-                    return Ok(Released::Expired);
-                }
-                Ok(Ownership::Foreign) => {
-                    Stats::bump(&stats.release_found_foreign);
-                    tracing::warn!(
-                        target: "distlock::release",
-                        key = %lease.key,
-                        "another owner holds the lock now; left it untouched"
-                    );
-                    return Ok(Released::TakenOver);
-                }
-                Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
-                Err(failure) => return Err(backend.backend_error("release", failure)),
-            }
-        }
-    }
-    .instrument(span)
-    .await
 }

@@ -77,6 +77,33 @@ impl HeldLease {
         }
     }
 
+    /// A lease whose acquire request was sent but never answered: the lock may or may not be
+    /// held under `owner`. It exists only to be released (fencing token 0, never renewed).
+    pub(crate) fn unconfirmed(
+        backend: Backend,
+        key: String,
+        owner: Owner,
+        turn: Option<Turn>,
+    ) -> HeldLease {
+        let lease = HeldLease::new(
+            backend,
+            key,
+            owner,
+            0,
+            Duration::ZERO,
+            false,
+            Instant::now(),
+            None,
+        );
+        *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
+        lease
+    }
+
+    /// `true` for a lease made by [`unconfirmed`](Self::unconfirmed): no token was ever issued.
+    pub(crate) fn is_unconfirmed(&self) -> bool {
+        self.fence == 0
+    }
+
     pub(crate) fn keep_turn(&self, turn: Turn) {
         *self.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
     }

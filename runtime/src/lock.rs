@@ -144,6 +144,22 @@ impl Lock {
     /// with the same owner token, which the server treats as "already mine": a lost reply costs one
     /// more round trip, never a wait or a second token. After three failed round trips in a row
     /// the error is returned, and any lock the lost replies may have taken is released.
+    ///
+    /// # Cancel safety
+    /// Dropping this future at any point leaves no lock held for longer than one round trip
+    /// plus a small margin:
+    /// - waiting for the local turn (another task of this process holds or contends for the
+    ///   key): the waiter leaves the queue;
+    /// - with an acquire request in flight, or after a reply was lost: the lock the request may
+    ///   have taken is released in the background with its owner token, and the key's local turn
+    ///   passes on once the server has seen that release;
+    /// - waiting for a busy lock (subscribed to its release notifications): the turn passes on
+    ///   at once and the subscription goes with the last local waiter;
+    /// - with some keys of a multi-key lock taken: they are released in the background.
+    ///
+    /// A background release needs a tokio runtime to run on; with none left (the runtime is
+    /// shutting down), the lock expires by its TTL and is counted in
+    /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire).
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
         let backend = self.resolve_backend()?;
         let keys = self.keys.clone();
@@ -160,6 +176,16 @@ impl Lock {
     ///
     /// Errors: acquisition failures, and with [`OnLost::Abort`] `LockError::Lost` when the lease
     /// was lost before the body finished.
+    ///
+    /// # Cancel safety
+    /// Dropping this future (a disconnected client's handler, `tokio::time::timeout`,
+    /// `select!`) at any point leaves no lock held for longer than one round trip plus a small
+    /// margin: while acquiring, as for [`acquire`](Self::acquire); during the body, the body is
+    /// dropped, renewal stops at once and the lock is released in the background; with the
+    /// release in flight, the release is finished in the background. The watchdog never renews
+    /// for a dropped call. With no runtime left to run a background release, the lock expires
+    /// by its TTL (counted in
+    /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire)).
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let backend = self.resolve_backend()?;
         let parent = context::current();
@@ -225,15 +251,16 @@ impl Lock {
                 started,
                 deadline,
             };
-            let (lease, turn) = match request.acquire(key).await {
-                Ok(acquired) => acquired,
+            let lease = match request.acquire(key).await {
+                Ok(lease) => lease,
                 Err(err) => {
                     // All or none: free the keys taken so far before reporting.
                     let _ = guard.release().await;
                     return Err(err);
                 }
             };
-            lease.keep_turn(turn);
+            // No await between the acquire's reply and here: the lease is owned by the guard
+            // (released on drop) the moment the acquire future returns.
             let id = backend
                 .inner
                 .watchdog

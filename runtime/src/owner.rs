@@ -4,7 +4,10 @@ use std::fmt;
 
 /// 20 random bytes from the operating system's CSPRNG, hex-encoded: unguessable, and new for every
 /// acquisition, so a previous holder's token can never release or renew a later lease.
-#[derive(Clone, PartialEq, Eq)]
+///
+/// `Default` is the empty token, which no acquisition ever uses: what is left after a token was
+/// moved out.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct Owner(String);
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -147,6 +147,17 @@ pub mod raw {
             .subscribe_delay = delay;
     }
 
+    /// Test hook: pause this long between the server's SUBSCRIBE reply and the local
+    /// confirmation — the window in which the notification connection can die unseen.
+    pub fn set_confirm_delay(backend: &Backend, delay: Duration) {
+        backend
+            .inner
+            .hooks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .confirm_delay = delay;
+    }
+
     /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release
     /// notification visibly waits (bounded by the holder's TTL and the wait budget).
     pub fn set_backoff_floor(backend: &Backend, floor: Duration) {

@@ -19,6 +19,7 @@ pub const WAIT_BUCKETS: [Duration; 8] = [
 pub(crate) struct Stats {
     pub(crate) acquired: AtomicU64,
     pub(crate) busy: AtomicU64,
+    pub(crate) busy_replies: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) renewal_calls: AtomicU64,
     pub(crate) renewed: AtomicU64,
@@ -26,6 +27,8 @@ pub(crate) struct Stats {
     pub(crate) release_found_expired: AtomicU64,
     pub(crate) release_found_foreign: AtomicU64,
     pub(crate) lost_ignored: AtomicU64,
+    pub(crate) background_releases: AtomicU64,
+    pub(crate) left_to_expire: AtomicU64,
     wait: [AtomicU64; 8],
 }
 
@@ -46,6 +49,7 @@ impl Stats {
         StatsSnapshot {
             acquired: self.acquired.load(Relaxed),
             busy: self.busy.load(Relaxed),
+            busy_replies: self.busy_replies.load(Relaxed),
             lost: self.lost.load(Relaxed),
             renewal_calls: self.renewal_calls.load(Relaxed),
             renewed: self.renewed.load(Relaxed),
@@ -53,6 +57,8 @@ impl Stats {
             release_found_expired: self.release_found_expired.load(Relaxed),
             release_found_foreign: self.release_found_foreign.load(Relaxed),
             lost_ignored: self.lost_ignored.load(Relaxed),
+            background_releases: self.background_releases.load(Relaxed),
+            left_to_expire: self.left_to_expire.load(Relaxed),
             wait_histogram: std::array::from_fn(|i| self.wait[i].load(Relaxed)),
         }
     }
@@ -66,6 +72,9 @@ pub struct StatsSnapshot {
     pub acquired: u64,
     /// Acquisitions that gave up with [`LockError::Busy`](crate::LockError::Busy).
     pub busy: u64,
+    /// Acquire attempts the lock server answered with "held by another owner" (the contention
+    /// the server saw; local waiters queued behind this process's own contender are not counted).
+    pub busy_replies: u64,
     /// Leases lost while held.
     pub lost: u64,
     /// Renewal script calls (each renews a batch of leases).
@@ -80,6 +89,13 @@ pub struct StatsSnapshot {
     pub release_found_foreign: u64,
     /// Losses that an `on_lost = "ignore"` call ran through.
     pub lost_ignored: u64,
+    /// Releases run in the background because their call was dropped (cancelled, panicked)
+    /// before it could release, or while its release or acquire was in flight.
+    pub background_releases: u64,
+    /// Locks this process could not release because no runtime was left to run the release
+    /// (the runtime was shutting down, or the guard was dropped outside one): they expire by
+    /// their TTL.
+    pub left_to_expire: u64,
     /// Acquisitions by time waited, bucketed by [`WAIT_BUCKETS`].
     pub wait_histogram: [u64; 8],
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+use tracing::Instrument;
 
 /// Identifies one registered lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,6 +101,12 @@ impl Watchdog {
     pub(crate) fn deregister(&self, id: LeaseId) {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.entries.remove(&id);
+        // Give memory back after many leases were held at once (amortised: only once the table
+        // is three-quarters empty).
+        let (len, capacity) = (table.entries.len(), table.entries.capacity());
+        if capacity > 64 && len * 4 < capacity {
+            table.entries.shrink_to(len * 2);
+        }
     }
 
     /// Leases currently registered (renewed or watched for expiry).
@@ -233,8 +240,9 @@ async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>
         })
         .collect();
     let span = tracing::debug_span!("distlock.renew", leases = items.len());
-    let answers = {
-        let _entered = span.enter();
+    // The span wraps the future, so it is entered only while this future is polled: entered
+    // across the await instead, every task polled on this thread meanwhile would log inside it.
+    let answers = async {
         Stats::bump(&backend.stats.renewal_calls);
         match backend.store.renew(&items).await {
             Ok(answers) => Some(answers),
@@ -248,7 +256,9 @@ async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>
                 None
             }
         }
-    };
+    }
+    .instrument(span)
+    .await;
     BatchOutcome {
         sent_at,
         ids: batch.iter().map(|(id, _)| *id).collect(),

@@ -1,12 +1,14 @@
 //! [`BackendBuilder`]: every setting of a backend, each with its default.
 
 use super::in_process::InProcessStore;
-use super::redis::{RedisStore, Timeouts};
+use super::redis::{read_pem, RedisConfig, RedisStore, Timeouts, TlsFiles};
 use super::{Backend, BackendInner, Settings, Store, MIN_LEASE};
 use crate::config::redact_url;
+use crate::hooks::SharedHooks;
 use crate::stats::Stats;
 use crate::watchdog::Watchdog;
 use crate::LockError;
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -23,7 +25,7 @@ use std::time::Duration;
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("at least 100ms"), "{err}");
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BackendBuilder {
     url: String,
     prefix: String,
@@ -33,6 +35,26 @@ pub struct BackendBuilder {
     renew_batch: usize,
     max_backoff: Duration,
     timeouts: Timeouts,
+    tls: TlsFiles,
+    /// A TLS file that could not be read: reported by `build`, which names every problem.
+    tls_error: Option<(&'static str, String)>,
+}
+
+/// The URL is shown without its password; certificates only as set or not.
+impl std::fmt::Debug for BackendBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("max_key_len", &self.max_key_len)
+            .field("fence_counter_ttl", &self.fence_counter_ttl)
+            .field("renew_batch", &self.renew_batch)
+            .field("max_backoff", &self.max_backoff)
+            .field("timeouts", &self.timeouts)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl BackendBuilder {
@@ -46,6 +68,8 @@ impl BackendBuilder {
             renew_batch: 256,
             max_backoff: Duration::from_millis(100),
             timeouts: Timeouts::default(),
+            tls: TlsFiles::default(),
+            tls_error: None,
         }
     }
 
@@ -103,6 +127,44 @@ impl BackendBuilder {
         self
     }
 
+    /// Trust the CA certificate(s) in this PEM file for `rediss://` connections, instead of the
+    /// web PKI roots. Default: the web PKI roots. The file is read here; a file that cannot be
+    /// read, or holds no PEM block, makes [`build`](Self::build) fail naming it. Setting TLS
+    /// files for a URL that is not `rediss://` is an error too, never silently ignored.
+    /// Needs the `tls` feature.
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        match read_pem(path.as_ref()) {
+            Ok(pem) => self.tls.ca = Some(pem),
+            Err(problem) => self.tls_error = Some(("tls_ca_file", problem)),
+        }
+        self
+    }
+
+    /// Trust these PEM-encoded CA certificate(s) (see [`tls_ca_file`](Self::tls_ca_file)).
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM chain) and private key (PEM) to servers that verify
+    /// clients (`tls-auth-clients yes`). Default: none. Read here, like
+    /// [`tls_ca_file`](Self::tls_ca_file).
+    pub fn tls_client_auth_files(
+        mut self,
+        certificate: impl AsRef<Path>,
+        private_key: impl AsRef<Path>,
+    ) -> Self {
+        let cert = read_pem(certificate.as_ref());
+        let key = read_pem(private_key.as_ref());
+        match (cert, key) {
+            (Ok(cert), Ok(key)) => self.tls.client = Some((cert, key)),
+            (Err(problem), _) | (_, Err(problem)) => {
+                self.tls_error = Some(("tls_client_auth_files", problem))
+            }
+        }
+        self
+    }
+
     /// Checks every setting and builds the backend. Connections open lazily, on first use.
     pub fn build(self) -> Result<Backend, LockError> {
         if self.watchdog_timeout < MIN_LEASE {
@@ -139,10 +201,28 @@ impl BackendBuilder {
                 "must be at least 1ms",
             ));
         }
+        if let Some((setting, problem)) = self.tls_error {
+            return Err(LockError::invalid_config(setting, problem));
+        }
+        let hooks = SharedHooks::default();
         let (store, kind): (Box<dyn Store>, &'static str) = match scheme(&self.url) {
+            Some("memory") if self.tls.ca.is_some() || self.tls.client.is_some() => {
+                return Err(LockError::invalid_config(
+                    "tls",
+                    "certificates are configured for the in-process backend (memory://), which \
+                     has no connection to secure; drop the TLS settings",
+                ))
+            }
             Some("memory") => (Box::new(InProcessStore::new(self.fence_counter_ttl)), "in-process"),
             Some("redis" | "rediss" | "unix" | "redis+unix") => (
-                Box::new(RedisStore::open(&self.url, &self.prefix, self.fence_counter_ttl, self.timeouts)?),
+                Box::new(RedisStore::open(RedisConfig {
+                    url: &self.url,
+                    prefix: &self.prefix,
+                    fence_counter_ttl: self.fence_counter_ttl,
+                    timeouts: self.timeouts,
+                    tls: &self.tls,
+                    hooks: hooks.clone(),
+                })?),
                 "redis",
             ),
             _ => {
@@ -170,7 +250,7 @@ impl BackendBuilder {
                 watchdog: Watchdog::default(),
                 stats: Stats::default(),
                 gates: Arc::default(),
-                hooks: std::sync::Mutex::default(),
+                hooks,
                 kind,
             }),
         })

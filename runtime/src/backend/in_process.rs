@@ -49,7 +49,7 @@ impl InProcessStore {
         InProcessStore {
             state: Mutex::new(State::default()),
             fence_counter_ttl,
-            channels: Arc::default(),
+            channels: Arc::new(Channels::in_process()),
         }
     }
 
@@ -200,12 +200,12 @@ impl Store for InProcessStore {
         Box::pin(future::ready(Ok(holder)))
     }
 
-    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch> {
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<ReleaseWatch>> {
         // Releases notify under no lock of the waiter's, and registration is immediate: in force
-        // as soon as it returns.
+        // as soon as it returns, on the one in-process link.
         let watch = self.channels.register(key, None);
-        self.channels.confirm(key);
-        Box::pin(future::ready(watch))
+        self.channels.confirm(key, 0);
+        Box::pin(future::ready(Ok(watch)))
     }
 
     fn watched_channels(&self) -> usize {

@@ -8,6 +8,7 @@ pub(crate) mod redis;
 pub use builder::BackendBuilder;
 
 use crate::doctor::Finding;
+use crate::hooks::SharedHooks;
 use crate::owner::Owner;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::wait::{Gates, ReleaseWatch};
@@ -45,14 +46,29 @@ pub(crate) struct Renewal<'a> {
 }
 
 /// Who holds a lock, as [`Backend::inspect`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` output shows only the first six characters of the owner token, which is a
+/// credential.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Holder {
-    /// The holder's owner token. It is a credential: keep it out of logs.
+    /// The holder's owner token. It is a credential (whoever has it can release the lock): keep
+    /// it out of logs.
     pub owner: String,
     /// The fencing token issued to the holder.
     pub fencing_token: u64,
     /// How long the lock lives unless renewed.
     pub ttl: Duration,
+}
+
+impl std::fmt::Debug for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.owner.get(..6).unwrap_or("");
+        f.debug_struct("Holder")
+            .field("owner", &format_args!("{shown}…"))
+            .field("fencing_token", &self.fencing_token)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
 }
 
 /// A failed store operation, before the backend adds its name.
@@ -90,7 +106,11 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Registers for `key`'s release notifications; resolves once the registration is in force
     /// on the server, so a check made after it cannot miss a release (subscribe-before-check).
-    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch>;
+    /// A transient failure (timeout, broken connection) still returns the registration,
+    /// unconfirmed, and the waiter's backoff carries it until it subscribes again; a permanent
+    /// one (the server refuses the subscription, e.g. NOPERM) is an error, never a silent
+    /// fallback to polling.
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<ReleaseWatch>>;
 
     /// Channels with at least one local waiter (for tests of cleanup).
     fn watched_channels(&self) -> usize;
@@ -107,16 +127,6 @@ pub(crate) struct Settings {
     pub(crate) max_key_len: usize,
     pub(crate) renew_batch: usize,
     pub(crate) max_backoff: Duration,
-}
-
-/// Knobs only tests turn, to make a race or a fallback deterministic.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TestHooks {
-    /// A pause between a "busy" reply and the subscription: the window subscribe-before-check
-    /// must close.
-    pub(crate) subscribe_delay: Duration,
-    /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
-    pub(crate) backoff_floor: Duration,
 }
 
 /// The smallest lease the library accepts: below it, clock drift and one round trip eat the lease.
@@ -157,7 +167,7 @@ pub(crate) struct BackendInner {
     pub(crate) watchdog: Watchdog,
     pub(crate) stats: Stats,
     pub(crate) gates: Arc<Gates>,
-    pub(crate) hooks: std::sync::Mutex<TestHooks>,
+    pub(crate) hooks: SharedHooks,
     pub(crate) kind: &'static str,
 }
 
@@ -218,6 +228,9 @@ impl Backend {
 
     /// Who holds `key` (a key as the lock was given it, before prefixing), for how long, with which
     /// token; `None` when it is free.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
     pub async fn inspect(&self, key: &str) -> Result<Option<Holder>, LockError> {
         crate::key::validate(key, self.inner.settings.max_key_len)?;
         self.inner
@@ -231,6 +244,9 @@ impl Backend {
     /// than `noeviction`, no persistence, replicas lagging. Empty when nothing was found (always,
     /// for the in-process backend). Needs `CONFIG GET` and `INFO`, which a lock user's ACL does
     /// not grant: run it with an operator's credentials.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
     pub async fn doctor(&self) -> Result<Vec<Finding>, LockError> {
         self.inner
             .store

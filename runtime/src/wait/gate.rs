@@ -133,6 +133,12 @@ impl Drop for Turn {
             }
         }
         queues.remove(&self.key);
+        // Give memory back after a burst of waiters on many keys (amortised: only once the
+        // table is three-quarters empty).
+        let (len, capacity) = (queues.len(), queues.capacity());
+        if capacity > 64 && len * 4 < capacity {
+            queues.shrink_to(len * 2);
+        }
         drop(queues);
         // The last local interest in the key is gone: the subscription goes with it.
         drop(watch);

@@ -1,6 +1,11 @@
 //! Release notifications, as local waiters see them: one generation counter per watched channel,
 //! bumped on every release message. A waiter remembers the generation when it registers, so any
 //! release after its registration wakes it, however late it starts waiting.
+//!
+//! A subscription is confirmed *on a link*: each notification connection gets a new epoch, and a
+//! confirmation counts only while its epoch is the live one. A connection that dies between the
+//! server's SUBSCRIBE reply and the local confirmation therefore leaves the channel unconfirmed,
+//! and its waiter subscribes again on the next connection instead of trusting a dead one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,15 +14,26 @@ use tokio::sync::watch;
 /// The channels local waiters watch, and how many waiters each has.
 #[derive(Default)]
 pub(crate) struct Channels {
-    entries: Mutex<HashMap<String, Entry>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// The epoch of the notification connection that is up, if one is.
+    live_link: Option<u64>,
 }
 
 struct Entry {
     generation: watch::Sender<u64>,
     watchers: usize,
-    /// The server confirmed the subscription on the current connection.
-    confirmed: bool,
+    /// The link on which the server confirmed the subscription.
+    confirmed_on: Option<u64>,
 }
+
+/// Tables at least this large are shrunk once they are three-quarters empty, so memory returns
+/// after a burst of waiters on many keys.
+const SHRINK_ABOVE: usize = 64;
 
 /// Called with a channel's name when its last watcher leaves.
 pub(crate) type OnIdleHook = Arc<dyn Fn(String) + Send + Sync>;
@@ -40,18 +56,28 @@ impl std::fmt::Debug for ReleaseWatch {
 }
 
 impl Channels {
+    /// Channels whose notifications are delivered in-process: always live, on link 0.
+    pub(crate) fn in_process() -> Self {
+        let channels = Channels::default();
+        channels.link_up(0);
+        channels
+    }
+
     /// Registers a waiter; the returned watch fires on every notification from now on.
     pub(crate) fn register(
         self: &Arc<Self>,
         channel: &str,
         on_idle: Option<OnIdleHook>,
     ) -> ReleaseWatch {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
-            generation: watch::Sender::new(0),
-            watchers: 0,
-            confirmed: false,
-        });
+        let mut state = self.lock();
+        let entry = state
+            .entries
+            .entry(channel.to_owned())
+            .or_insert_with(|| Entry {
+                generation: watch::Sender::new(0),
+                watchers: 0,
+                confirmed_on: None,
+            });
         entry.watchers += 1;
         ReleaseWatch {
             receiver: entry.generation.subscribe(),
@@ -63,50 +89,65 @@ impl Channels {
 
     /// A release was announced on `channel`.
     pub(crate) fn notify(&self, channel: &str) {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = entries.get(channel) {
+        let state = self.lock();
+        if let Some(entry) = state.entries.get(channel) {
             entry.generation.send_modify(|generation| *generation += 1);
         }
     }
 
-    /// The notification connection broke: messages may have been lost, so every waiter re-checks
-    /// (and re-subscribes).
-    pub(crate) fn connection_lost(&self) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        for entry in entries.values_mut() {
-            entry.confirmed = false;
+    /// A notification connection with this epoch is up.
+    pub(crate) fn link_up(&self, epoch: u64) {
+        self.lock().live_link = Some(epoch);
+    }
+
+    /// The notification connection with this epoch broke: messages may have been lost, so every
+    /// waiter re-checks (and, its confirmation being on a dead link, subscribes again).
+    pub(crate) fn link_lost(&self, epoch: u64) {
+        let mut state = self.lock();
+        if state.live_link == Some(epoch) {
+            state.live_link = None;
+        }
+        for entry in state.entries.values() {
             entry.generation.send_modify(|generation| *generation += 1);
         }
     }
 
-    pub(crate) fn confirm(&self, channel: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = entries.get_mut(channel) {
-            entry.confirmed = true;
+    /// The server confirmed the subscription to `channel` on the link with this epoch. Whether
+    /// that link is still up is decided when the confirmation is read ([`ReleaseWatch::is_confirmed`]).
+    pub(crate) fn confirm(&self, channel: &str, epoch: u64) {
+        if let Some(entry) = self.lock().entries.get_mut(channel) {
+            entry.confirmed_on = Some(epoch);
         }
     }
 
     pub(crate) fn is_watched(&self, channel: &str) -> bool {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.contains_key(channel)
+        self.lock().entries.contains_key(channel)
     }
 
     /// Channels with at least one local waiter.
     pub(crate) fn watched(&self) -> usize {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.lock().entries.len()
     }
 
     fn unregister(&self, channel: &str) -> bool {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(entry) = entries.get_mut(channel) else {
+        let mut state = self.lock();
+        let Some(entry) = state.entries.get_mut(channel) else {
             return false;
         };
         entry.watchers -= 1;
         if entry.watchers > 0 {
             return false;
         }
-        entries.remove(channel);
+        state.entries.remove(channel);
+        let (len, capacity) = (state.entries.len(), state.entries.capacity());
+        if capacity > SHRINK_ABOVE && len * 4 < capacity {
+            state.entries.shrink_to(len * 2);
+        }
         true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -117,17 +158,16 @@ impl ReleaseWatch {
         let _ = self.receiver.changed().await;
     }
 
-    /// `false` once the notification connection broke since this watch was confirmed: the
-    /// waiter must subscribe again before it can rely on notifications.
+    /// `true` while the subscription is confirmed on the notification connection that is up
+    /// now; `false` once that connection broke (or if it broke before the confirmation was
+    /// recorded): the waiter must subscribe again before it can rely on notifications.
     pub(crate) fn is_confirmed(&self) -> bool {
-        let entries = self
-            .channels
+        let state = self.channels.lock();
+        let confirmed_on = state
             .entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        entries
             .get(&self.channel)
-            .is_some_and(|entry| entry.confirmed)
+            .and_then(|entry| entry.confirmed_on);
+        confirmed_on.is_some() && confirmed_on == state.live_link
     }
 }
 

@@ -4,10 +4,14 @@
 //! `ConnectionManager`: multiplexed (every task shares one socket), reconnecting by itself.
 //! Release notifications arrive on a second, pub/sub connection ([`pubsub`]).
 
+mod diagnose;
 mod pubsub;
+mod tls;
+
+pub(crate) use tls::{read_pem, TlsFiles};
 
 use super::{Acquired, Holder, Ownership, Renewal, Store, StoreFailure, StoreResult};
-use crate::config::redact_url;
+use crate::hooks::SharedHooks;
 use crate::key::KeyNames;
 use crate::owner::Owner;
 use crate::scripts::{LuaScript, ACQUIRE, INSPECT, RELEASE, RENEW};
@@ -61,38 +65,30 @@ impl Drop for AliveFlag {
     }
 }
 
+/// Where and how a Redis engine connects.
+pub(crate) struct RedisConfig<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) tls: &'a TlsFiles,
+    pub(crate) hooks: SharedHooks,
+}
+
 impl RedisStore {
-    pub(crate) fn open(
-        url: &str,
-        prefix: &str,
-        fence_counter_ttl: Duration,
-        timeouts: Timeouts,
-    ) -> Result<Self, LockError> {
-        if url.starts_with("rediss://") && !cfg!(feature = "tls") {
-            return Err(LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` asks for TLS; enable the `tls` feature of distlock to use rediss:// URLs",
-                    redact_url(url)
-                ),
-            ));
-        }
-        let client = redis::Client::open(url).map_err(|err| {
-            LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` is not a valid Redis URL ({}); expected redis://[user:password@]host[:port][/db]",
-                    redact_url(url),
-                    err.detail().unwrap_or("malformed"),
-                ),
-            )
-        })?;
+    pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
+        let client = tls::client(config.url, config.tls)?;
         Ok(RedisStore {
-            subscriber: Subscriber::new(client.clone(), timeouts),
+            subscriber: Subscriber::new(
+                client.clone(),
+                config.timeouts,
+                config.prefix,
+                config.hooks,
+            ),
             client,
-            prefix: prefix.to_owned(),
-            fence_counter_ttl_ms: fence_counter_ttl.as_millis().max(1) as u64,
-            timeouts,
+            prefix: config.prefix.to_owned(),
+            fence_counter_ttl_ms: config.fence_counter_ttl.as_millis().max(1) as u64,
+            timeouts: config.timeouts,
             connection: Mutex::new(None),
         })
     }
@@ -113,7 +109,7 @@ impl RedisStore {
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(250));
         let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|err| failure(err, false))?;
+            .map_err(|err| self.failure(err))?;
         let alive = Arc::new(AtomicBool::new(true));
         let flag = AliveFlag(alive.clone());
         tokio::spawn(async move {
@@ -143,30 +139,18 @@ impl RedisStore {
                     .eval(keys, args)
                     .query_async(&mut manager)
                     .await
-                    .map_err(classify)
+                    .map_err(|err| self.failure(err))
             }
-            other => other.map_err(classify),
+            other => other.map_err(|err| self.failure(err)),
         }
+    }
+
+    fn failure(&self, err: redis::RedisError) -> StoreFailure {
+        diagnose::failure(err, &self.prefix)
     }
 
     fn names(&self, key: &str) -> KeyNames {
         KeyNames::new(&self.prefix, key)
-    }
-}
-
-/// Whether the command may have run although no reply was read: a timeout, or a connection that
-/// broke after the request was written.
-fn classify(err: redis::RedisError) -> StoreFailure {
-    let ambiguous = err.is_timeout()
-        || err.is_connection_dropped()
-        || (err.is_io_error() && !err.is_connection_refusal());
-    failure(err, ambiguous)
-}
-
-fn failure(err: redis::RedisError, ambiguous: bool) -> StoreFailure {
-    StoreFailure {
-        ambiguous,
-        source: Box::new(err),
     }
 }
 
@@ -281,7 +265,7 @@ impl Store for RedisStore {
         })
     }
 
-    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ReleaseWatch> {
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<ReleaseWatch>> {
         Box::pin(async move { self.subscriber.watch(&self.names(key).channel).await })
     }
 

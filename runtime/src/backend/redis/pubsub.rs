@@ -2,8 +2,15 @@
 //! waiter. Channels are subscribed on demand and unsubscribed when their last local waiter
 //! leaves. When the connection breaks, every waiter is woken to re-check; the next one that
 //! still has to wait subscribes again, over a new connection.
+//!
+//! Every connection has an epoch, and a subscription is confirmed with the epoch of the
+//! connection that carried it (see [`Channels`]): a confirmation recorded after its connection
+//! died counts for nothing.
 
+use super::diagnose;
 use super::Timeouts;
+use crate::backend::{StoreFailure, StoreResult};
+use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
@@ -13,15 +20,25 @@ use std::sync::{Arc, Weak};
 pub(crate) struct Subscriber {
     client: redis::Client,
     timeouts: Timeouts,
+    prefix: String,
+    hooks: SharedHooks,
     channels: Arc<Channels>,
     /// Held across each SUBSCRIBE/UNSUBSCRIBE so they reach the server in the order they were
     /// decided (an UNSUBSCRIBE decided before a new waiter's SUBSCRIBE is also sent before it).
-    link: tokio::sync::Mutex<Option<Link>>,
+    link: tokio::sync::Mutex<Links>,
     me: Weak<Subscriber>,
+}
+
+#[derive(Default)]
+struct Links {
+    current: Option<Link>,
+    /// Connections opened so far: the next one's epoch.
+    opened: u64,
 }
 
 struct Link {
     sink: PubSubSink,
+    epoch: u64,
     alive: Arc<AtomicBool>,
 }
 
@@ -34,34 +51,80 @@ impl Drop for AliveFlag {
     }
 }
 
-type Failure = Box<dyn std::error::Error + Send + Sync>;
+/// Why a subscription could not be confirmed.
+enum Failure {
+    /// A timeout or a broken connection: the next try may work.
+    Transient(String),
+    /// The server refused (NOPERM, an unknown command): trying again cannot help.
+    Permanent(redis::RedisError),
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(err: redis::RedisError) -> Self {
+        if diagnose::is_permanent(&err) {
+            Failure::Permanent(err)
+        } else {
+            Failure::Transient(err.to_string())
+        }
+    }
+}
+
+impl From<tokio::time::error::Elapsed> for Failure {
+    fn from(_: tokio::time::error::Elapsed) -> Self {
+        Failure::Transient("no reply in time".to_owned())
+    }
+}
 
 impl Subscriber {
-    pub(crate) fn new(client: redis::Client, timeouts: Timeouts) -> Arc<Self> {
+    pub(crate) fn new(
+        client: redis::Client,
+        timeouts: Timeouts,
+        prefix: &str,
+        hooks: SharedHooks,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Subscriber {
             client,
             timeouts,
+            prefix: prefix.to_owned(),
+            hooks,
             channels: Arc::default(),
-            link: tokio::sync::Mutex::new(None),
+            link: tokio::sync::Mutex::default(),
             me: me.clone(),
         })
     }
 
     /// Registers a waiter for `channel` and returns once the server confirmed the subscription.
-    /// If it cannot be confirmed, the watch still works as a registration and the waiter's
-    /// backoff carries it.
-    pub(crate) async fn watch(&self, channel: &str) -> ReleaseWatch {
+    /// If it cannot be confirmed for a transient reason, the watch still works as a
+    /// registration and the waiter's backoff carries it until it subscribes again; if the
+    /// server refuses the subscription, that is the error.
+    ///
+    /// # Cancel safety
+    /// Dropping this future drops the registration; the last waiter out of a channel
+    /// unsubscribes it in the background.
+    pub(crate) async fn watch(&self, channel: &str) -> StoreResult<ReleaseWatch> {
         let watch = self.channels.register(channel, Some(self.on_idle()));
         match self.subscribe(channel).await {
-            Ok(()) => self.channels.confirm(channel),
-            Err(err) => tracing::debug!(
+            Ok(epoch) => {
+                let delay = hooks::read(&self.hooks).confirm_delay;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                self.channels.confirm(channel, epoch);
+            }
+            Err(Failure::Transient(err)) => tracing::debug!(
                 target: "distlock::wait",
                 channel,
                 error = %err,
-                "release notifications unavailable; waiting on backoff alone"
+                "release notifications unavailable for now; waiting on backoff until the next subscription"
             ),
+            Err(Failure::Permanent(err)) => {
+                return Err(StoreFailure {
+                    ambiguous: false,
+                    ..diagnose::failure(err, &self.prefix)
+                })
+            }
         }
-        watch
+        Ok(watch)
     }
 
     /// Channels with at least one local waiter.
@@ -69,20 +132,22 @@ impl Subscriber {
         self.channels.watched()
     }
 
-    async fn subscribe(&self, channel: &str) -> Result<(), Failure> {
-        let mut link = self.link.lock().await;
-        let mut sink = self.connect(&mut link).await?;
+    /// Subscribes on the current connection (opening one if needed); returns its epoch.
+    async fn subscribe(&self, channel: &str) -> Result<u64, Failure> {
+        let mut links = self.link.lock().await;
+        let (mut sink, epoch) = self.connect(&mut links).await?;
         tokio::time::timeout(self.timeouts.response, sink.subscribe(channel)).await??;
-        Ok(())
+        Ok(epoch)
     }
 
     async fn unsubscribe(&self, channel: String) {
-        let link = self.link.lock().await;
+        let links = self.link.lock().await;
         // A waiter may have come back for the channel since its last one left.
         if self.channels.is_watched(&channel) {
             return;
         }
-        if let Some(link) = link
+        if let Some(link) = links
+            .current
             .as_ref()
             .filter(|link| link.alive.load(Ordering::Acquire))
         {
@@ -91,19 +156,23 @@ impl Subscriber {
         }
     }
 
-    async fn connect(&self, link: &mut Option<Link>) -> Result<PubSubSink, Failure> {
-        if let Some(link) = link
+    async fn connect(&self, links: &mut Links) -> Result<(PubSubSink, u64), Failure> {
+        if let Some(link) = links
+            .current
             .as_ref()
             .filter(|link| link.alive.load(Ordering::Acquire))
         {
-            return Ok(link.sink.clone());
+            return Ok((link.sink.clone(), link.epoch));
         }
         let pubsub =
             tokio::time::timeout(self.timeouts.connect, self.client.get_async_pubsub()).await??;
         let (sink, mut stream) = pubsub.split();
+        links.opened += 1;
+        let epoch = links.opened;
         let alive = Arc::new(AtomicBool::new(true));
         let flag = AliveFlag(alive.clone());
         let channels = self.channels.clone();
+        channels.link_up(epoch);
         tokio::spawn(async move {
             while let Some(message) = stream.next().await {
                 channels.notify(message.get_channel_name());
@@ -111,13 +180,14 @@ impl Subscriber {
             // Mark the link dead before waking the waiters, so that the ones still waiting
             // subscribe again on a new connection rather than on this dead one.
             drop(flag);
-            channels.connection_lost();
+            channels.link_lost(epoch);
         });
-        *link = Some(Link {
+        links.current = Some(Link {
             sink: sink.clone(),
+            epoch,
             alive,
         });
-        Ok(sink)
+        Ok((sink, epoch))
     }
 
     fn on_idle(&self) -> OnIdleHook {

@@ -1,0 +1,91 @@
+//! Redis errors turned into failures that say what to do: a missing ACL permission, rejected
+//! credentials, an untrusted TLS certificate. The server's own words stay in the message; the
+//! advice is added after them.
+
+use crate::backend::StoreFailure;
+use std::fmt;
+
+/// A Redis error with the advice that fixes its cause.
+#[derive(Debug)]
+pub(crate) struct Diagnosed {
+    error: redis::RedisError,
+    advice: String,
+}
+
+impl fmt::Display for Diagnosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.error, self.advice)
+    }
+}
+
+impl std::error::Error for Diagnosed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// What a failed command means for the lock: whether it may have run although no reply was read
+/// (a timeout, or a connection that broke after the request was written), and advice for the
+/// causes a user can fix.
+pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> StoreFailure {
+    let ambiguous = err.is_timeout()
+        || err.is_connection_dropped()
+        || (err.is_io_error() && !err.is_connection_refusal());
+    let source: Box<dyn std::error::Error + Send + Sync> = match advice(&err, prefix) {
+        Some(advice) => Box::new(Diagnosed { error: err, advice }),
+        None => Box::new(err),
+    };
+    StoreFailure { ambiguous, source }
+}
+
+/// `true` when retrying cannot help: the server refused the command (a permission, an unknown
+/// command, a wrong password) or the client is misconfigured.
+pub(crate) fn is_permanent(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(_)
+            | redis::ErrorKind::Extension
+            | redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::InvalidClientConfig
+    )
+}
+
+fn advice(err: &redis::RedisError, prefix: &str) -> Option<String> {
+    if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
+        return Some(format!(
+            "the Redis user lacks a permission distlock needs; grant it the rules \
+             `distlock::redis_acl_rules(\"{prefix}\")` returns (keys and release channels under \
+             the prefix, the scripts, SUBSCRIBE and PUBLISH)"
+        ));
+    }
+    if err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
+    {
+        return Some(
+            "the server rejected the credentials; check the user name and password in the URL"
+                .to_owned(),
+        );
+    }
+    if chain_mentions(err, "certificate") {
+        return Some(
+            "this is a TLS certificate problem: the server's certificate was not accepted. It \
+             must be signed by a CA the client trusts (set `tls_ca_file` on the backend builder, \
+             or DISTLOCK_TLS_CA_FILE, to the CA that signed it) and name the host in the URL"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+/// Whether `needle` appears in the error or any of its sources (rustls errors arrive wrapped in
+/// an I/O error).
+fn chain_mentions(err: &(dyn std::error::Error + 'static), needle: &str) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if err.to_string().to_ascii_lowercase().contains(needle) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}

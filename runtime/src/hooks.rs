@@ -1,0 +1,27 @@
+//! Knobs only tests turn, to make a race or a fallback deterministic. A leaf: it imports nothing
+//! of the crate, so every layer that has a race to widen can read it.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The hooks of one backend; all zero (off) unless a test sets them through
+/// `distlock::__private::raw`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TestHooks {
+    /// A pause between a "busy" reply and the subscription: the window subscribe-before-check
+    /// must close.
+    pub(crate) subscribe_delay: Duration,
+    /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
+    pub(crate) backoff_floor: Duration,
+    /// A pause between the server's SUBSCRIBE reply and the local confirmation: the window in
+    /// which the notification connection can die unseen by the confirmation.
+    pub(crate) confirm_delay: Duration,
+}
+
+/// Shared by the backend handle and its engine.
+pub(crate) type SharedHooks = Arc<Mutex<TestHooks>>;
+
+/// The current hooks (a copy: hooks are read, never held).
+pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
+    *hooks.lock().unwrap_or_else(|e| e.into_inner())
+}

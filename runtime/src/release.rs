@@ -1,0 +1,215 @@
+//! Releasing: one ownership-checked round trip per key, retried when a reply is lost — and, when
+//! the caller vanishes (a dropped future, a panic, a failed acquire whose reply never came), the
+//! same release finished in the background, so a lock outlives its caller by one round trip, not
+//! by a TTL.
+//!
+//! Each key's local turn passes on only once the server has seen the key's release: the next
+//! local waiter then finds the key free instead of busy.
+
+use crate::acquire::MAX_FAILED_ATTEMPTS;
+use crate::backend::{Backend, Ownership};
+use crate::lease::HeldLease;
+use crate::stats::Stats;
+use crate::{LockError, Released};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tracing::Instrument;
+
+/// Releases every lease in order (the caller has already taken them out of the watchdog).
+/// A key that had expired or was taken over is reported in the result and in the stats, not as
+/// an error; the first failure is returned after every key was tried.
+///
+/// # Cancel safety
+/// Dropping this future at any point hands the keys not yet confirmed released — including the
+/// one whose release is in flight — to a background task that finishes the job.
+pub(crate) async fn release_all(
+    backend: &Backend,
+    leases: Vec<Arc<HeldLease>>,
+) -> Result<Released, LockError> {
+    let mut rest = Unreleased {
+        backend,
+        leases: leases.into(),
+        front_sent: false,
+    };
+    let mut worst = Released::Released;
+    let mut first_error = None;
+    while let Some(lease) = rest.leases.front() {
+        // From here on the front key's release may have run on the server.
+        rest.front_sent = true;
+        let outcome = release_one(backend, lease, false).await;
+        rest.front_sent = false;
+        let lease = rest
+            .leases
+            .pop_front()
+            .expect("the front was just borrowed");
+        // Only now may the next local waiter contend: the server has seen our release.
+        lease.pass_turn();
+        match outcome {
+            Ok(Released::Released) => {}
+            Ok(other) => worst = other,
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    match first_error {
+        Some(err) => Err(err),
+        None => Ok(worst),
+    }
+}
+
+/// The keys a foreground release has not finished; released in the background if it is dropped.
+struct Unreleased<'a> {
+    backend: &'a Backend,
+    leases: VecDeque<Arc<HeldLease>>,
+    /// The front key's release request may have reached the server.
+    front_sent: bool,
+}
+
+impl Drop for Unreleased<'_> {
+    fn drop(&mut self) {
+        if !self.leases.is_empty() {
+            release_in_background(
+                self.backend.clone(),
+                std::mem::take(&mut self.leases),
+                self.front_sent,
+            );
+        }
+    }
+}
+
+/// Releases `leases` on a task of the current runtime, for a caller that cannot wait: a guard
+/// dropped without [`LockGuard::release`](crate::LockGuard::release), a cancelled call, an
+/// acquire whose reply was lost. `front_sent`: the first key's release (or, for an unconfirmed
+/// lease, its acquire) may already have run.
+///
+/// Without a runtime to run it (outside one, or while it shuts down) the keys are left to expire
+/// by their TTL, and counted in [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot).
+pub(crate) fn release_in_background(
+    backend: Backend,
+    leases: VecDeque<Arc<HeldLease>>,
+    front_sent: bool,
+) {
+    let stats = &backend.inner.stats;
+    stats
+        .background_releases
+        .fetch_add(leases.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    let mut rest = Abandoned { backend, leases };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return; // `rest` counts the keys as left to expire.
+    };
+    runtime.spawn(async move {
+        let mut maybe_released = front_sent;
+        while let Some(lease) = rest.leases.front() {
+            if let Err(err) = release_one(&rest.backend, lease, maybe_released).await {
+                tracing::warn!(
+                    target: "distlock::release",
+                    error = %err,
+                    "background release failed; the lock expires by its TTL"
+                );
+            }
+            maybe_released = false;
+            let lease = rest
+                .leases
+                .pop_front()
+                .expect("the front was just borrowed");
+            lease.pass_turn();
+        }
+    });
+}
+
+/// Keys of a background release still to do. Dropped before the end — the runtime shut down
+/// and dropped the task — they are counted as left to expire; nothing is spawned again, so a
+/// shutting-down runtime cannot loop.
+struct Abandoned {
+    backend: Backend,
+    leases: VecDeque<Arc<HeldLease>>,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.leases.is_empty() {
+            return;
+        }
+        self.backend.inner.stats.left_to_expire.fetch_add(
+            self.leases.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for lease in &self.leases {
+            tracing::warn!(
+                target: "distlock::release",
+                key = %lease.key,
+                "no runtime left to release the lock; it expires by its TTL"
+            );
+        }
+    }
+}
+
+/// Releases one key, retrying a round trip whose reply was lost (the script is idempotent: a
+/// retry after a successful release finds the key gone, which then means "released").
+/// `maybe_released`: an earlier request for this key may have run already.
+async fn release_one(
+    backend: &Backend,
+    lease: &HeldLease,
+    maybe_released: bool,
+) -> Result<Released, LockError> {
+    let span = tracing::info_span!(
+        "distlock.release",
+        key = %lease.key,
+        fencing_token = lease.fence,
+        background = maybe_released,
+    );
+    async {
+        let stats = &backend.inner.stats;
+        let mut reply_lost = maybe_released;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = backend.inner.store.release(&lease.key, &lease.owner).await;
+            match outcome {
+                // A lease whose acquire never answered: "gone" means that acquire never ran,
+                // "ours" that it did and was just undone, "foreign" that someone else won.
+                Ok(ownership) if lease.is_unconfirmed() => {
+                    if ownership == Ownership::Ours {
+                        tracing::debug!(
+                            target: "distlock::release",
+                            "released a lock that an unanswered acquire had taken"
+                        );
+                    }
+                    return Ok(Released::Released);
+                }
+                Ok(Ownership::Ours) => {
+                    Stats::bump(&stats.released);
+                    return Ok(Released::Released);
+                }
+                Ok(Ownership::Gone) if reply_lost => {
+                    tracing::debug!(target: "distlock::release", "released; an earlier reply was lost");
+                    Stats::bump(&stats.released);
+                    return Ok(Released::Released);
+                }
+                Ok(Ownership::Gone) => {
+                    Stats::bump(&stats.release_found_expired);
+                    tracing::warn!(
+                        target: "distlock::release",
+                        key = %lease.key,
+                        "the lock had expired before it was released; the work after its expiry was unprotected"
+                    );
+                    return Ok(Released::Expired);
+                }
+                Ok(Ownership::Foreign) => {
+                    Stats::bump(&stats.release_found_foreign);
+                    tracing::warn!(
+                        target: "distlock::release",
+                        key = %lease.key,
+                        "another owner holds the lock now; left it untouched"
+                    );
+                    return Ok(Released::TakenOver);
+                }
+                Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
+                Err(failure) => return Err(backend.backend_error("release", failure)),
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
