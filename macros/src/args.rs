@@ -164,13 +164,15 @@ fn string(
     Ok(lit)
 }
 
-/// `"…"` as written, without attributes.
+/// `"…"` as written, without attributes — also when a `macro_rules!` macro passed it in as a
+/// `$value:literal` or `$value:expr` fragment (an invisible group around the literal).
 fn string_literal(expr: &Expr) -> Option<LitStr> {
     match expr {
         Expr::Lit(ExprLit {
             lit: Lit::Str(lit),
             attrs,
         }) if attrs.is_empty() => Some(lit.clone()),
+        Expr::Group(group) if group.attrs.is_empty() => string_literal(&group.expr),
         _ => None,
     }
 }

@@ -1,0 +1,34 @@
+//! Attributes written by a `macro_rules!` macro: literals passed in as `$value:literal` or
+//! `$value:expr` fragments reach the attribute wrapped in invisible groups, and are accepted as
+//! the literals they are. Runs on the in-process backend.
+#![deny(warnings)]
+
+use distlock::{distributed_lock, Backend, LockError, Registry};
+
+macro_rules! locked_counter {
+    ($name:ident, $template:literal, $backend:expr) => {
+        #[distributed_lock(key = $template, wait = "1s", backend = $backend)]
+        pub async fn $name(id: u32) -> Result<u32, LockError> {
+            Ok(id)
+        }
+    };
+}
+
+locked_counter!(first, "first:<id>", "macro-made");
+locked_counter!(second, "second:<id>", "macro-made");
+
+fn main() {
+    let backend = Backend::in_process();
+    Registry::global()
+        .register("macro-made", backend.clone())
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert_eq!(first(1).await.unwrap(), 1);
+        assert_eq!(second(2).await.unwrap(), 2);
+        assert_eq!(backend.stats().acquired, 2);
+    });
+}
