@@ -116,6 +116,13 @@ pub mod raw {
             .map_err(|failure| backend.backend_error("renew", failure))
     }
 
+    /// A second client of `backend`'s engine (the same Redis connection or in-process map) with
+    /// its own local queues, watchdog and stats: a contender the server, not the local queue,
+    /// must refuse.
+    pub fn another_client(backend: &Backend) -> Backend {
+        backend.another_client()
+    }
+
     /// Leases the backend's watchdog currently tracks.
     pub fn watched_leases(backend: &Backend) -> usize {
         backend.inner.watchdog.registered()

@@ -18,6 +18,17 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     fn forget_fence_counter(&self, key: &str) -> impl std::future::Future<Output = ()> + Send;
     /// Remaining TTL of `key` on the server, `None` when the key is gone.
     fn pttl(&self, key: &str) -> impl std::future::Future<Output = Option<Duration>> + Send;
+    /// A second client of the same server, with its own local queues and stats: what another
+    /// process would be. A contender on it is refused by the server, not by a local queue.
+    fn contender(&self) -> Backend;
+    /// The lock keys held on the server now, among `candidates` (Redis: every lock key under
+    /// the prefix, candidates or not).
+    fn held_keys(
+        &self,
+        candidates: &[String],
+    ) -> impl std::future::Future<Output = Vec<String>> + Send;
+    /// `"in-process"` or `"redis"`, for the figures tests print.
+    fn kind(&self) -> &'static str;
 }
 
 pub struct InProcess {
@@ -51,6 +62,24 @@ impl Fixture for InProcess {
             .await
             .expect("in-process inspect")
             .map(|holder| holder.ttl)
+    }
+
+    fn contender(&self) -> Backend {
+        distlock::__private::raw::another_client(&self.backend)
+    }
+
+    async fn held_keys(&self, candidates: &[String]) -> Vec<String> {
+        let mut held = Vec::new();
+        for key in candidates {
+            if self.backend.inspect(key).await.unwrap().is_some() {
+                held.push(key.clone());
+            }
+        }
+        held
+    }
+
+    fn kind(&self) -> &'static str {
+        "in-process"
     }
 }
 
@@ -105,5 +134,44 @@ impl Fixture for SingleRedis {
             Reply::Int(-2) => None,
             other => panic!("unexpected PTTL reply {other:?}"),
         }
+    }
+
+    fn contender(&self) -> Backend {
+        self.another_backend()
+    }
+
+    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
+        self.lock_keys_on_server()
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+}
+
+impl SingleRedis {
+    /// Every lock key under the prefix on the server (fence counters excluded).
+    pub fn lock_keys_on_server(&self) -> Vec<String> {
+        let Reply::Array(Some(keys)) = self.server.command(&["KEYS", &format!("{PREFIX}:*")])
+        else {
+            panic!("KEYS failed")
+        };
+        keys.iter()
+            .filter_map(Reply::as_str)
+            .filter(|key| !key.ends_with(":fence"))
+            .collect()
+    }
+
+    /// Calls of `command` the server has executed (`INFO commandstats`), e.g. `evalsha`.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info = self
+            .server
+            .command(&["INFO", "commandstats"])
+            .as_str()
+            .unwrap();
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
     }
 }

@@ -205,7 +205,7 @@ impl BackendBuilder {
             return Err(LockError::invalid_config(setting, problem));
         }
         let hooks = SharedHooks::default();
-        let (store, kind): (Box<dyn Store>, &'static str) = match scheme(&self.url) {
+        let (store, kind): (Arc<dyn Store>, &'static str) = match scheme(&self.url) {
             Some("memory") if self.tls.ca.is_some() || self.tls.client.is_some() => {
                 return Err(LockError::invalid_config(
                     "tls",
@@ -213,9 +213,9 @@ impl BackendBuilder {
                      has no connection to secure; drop the TLS settings",
                 ))
             }
-            Some("memory") => (Box::new(InProcessStore::new(self.fence_counter_ttl)), "in-process"),
+            Some("memory") => (Arc::new(InProcessStore::new(self.fence_counter_ttl)), "in-process"),
             Some("redis" | "rediss" | "unix" | "redis+unix") => (
-                Box::new(RedisStore::open(RedisConfig {
+                Arc::new(RedisStore::open(RedisConfig {
                     url: &self.url,
                     prefix: &self.prefix,
                     fence_counter_ttl: self.fence_counter_ttl,

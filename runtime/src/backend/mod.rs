@@ -163,7 +163,7 @@ pub struct Backend {
 pub(crate) struct BackendInner {
     pub(crate) name: OnceLock<String>,
     pub(crate) settings: Settings,
-    pub(crate) store: Box<dyn Store>,
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) watchdog: Watchdog,
     pub(crate) stats: Stats,
     pub(crate) gates: Arc<Gates>,
@@ -266,6 +266,23 @@ impl Backend {
             failure.ambiguous,
             failure.source,
         ))
+    }
+
+    /// A second client of the same engine: same server (or in-process map) and settings, but its
+    /// own local queues, watchdog, stats and hooks — as another process would have.
+    pub(crate) fn another_client(&self) -> Backend {
+        Backend {
+            inner: Arc::new(BackendInner {
+                name: OnceLock::new(),
+                settings: self.inner.settings.clone(),
+                store: self.inner.store.clone(),
+                watchdog: Watchdog::default(),
+                stats: Stats::default(),
+                gates: Arc::default(),
+                hooks: SharedHooks::default(),
+                kind: self.inner.kind,
+            }),
+        }
     }
 
     pub(crate) fn same_as(&self, other: &Backend) -> bool {

@@ -1,0 +1,323 @@
+//! Cancellation at random points: locked calls dropped before their acquire is sent, with it in
+//! flight, while waiting, in the body and with the release in flight must leave no lock held
+//! 200 ms after the last cancellation, on the in-process backend and on a real Redis.
+//!
+//! tokio's timer only resolves milliseconds, so the cancellations are fired from a thread of
+//! their own, which sleeps and then spins to its target instant: microsecond resolution. Each call
+//! records the phase it is in; the phase it was dropped in is the last one it recorded. The test
+//! prints the histogram of cancellation points as a `CANCEL …` line.
+
+mod common;
+
+use common::{Fixture, InProcess, SingleRedis};
+use distlock::__private::raw;
+use distlock::{distributed_lock, Backend, Lock, LockError, Registry};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+use tokio::task::AbortHandle;
+
+/// Calls per stream; two streams run at once, so local queues see cancellations too.
+const CALLS_PER_STREAM: usize = 300;
+const STREAMS: usize = 2;
+/// Keys a second client holds for the whole run: calls on them wait.
+const BLOCKED_KEYS: usize = 3;
+/// The property under test: no lock held this long after the last cancellation.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Where a call is: recorded by the call itself as it goes.
+mod phase {
+    pub const NOT_STARTED: u8 = 0;
+    /// Inside `run`/`acquire`/the annotated call, before the body: the acquire (a free key) or
+    /// waiting (a blocked key).
+    pub const ACQUIRING: u8 = 1;
+    pub const BODY: u8 = 2;
+    /// The body is done; the release is in flight.
+    pub const RELEASING: u8 = 3;
+    pub const FINISHED: u8 = 4;
+}
+
+#[derive(Debug, Default)]
+struct Histogram {
+    not_started: usize,
+    acquire: usize,
+    wait: usize,
+    body: usize,
+    release: usize,
+    finished: usize,
+}
+
+/// The ways a user holds a lock: `Lock::run`, a guard, the attribute.
+#[derive(Debug, Clone, Copy)]
+enum Style {
+    Run,
+    Guard,
+    Attribute,
+}
+
+/// The body of every call: long enough (about a millisecond) to be cancelled in, with awaits.
+async fn body(probe: &AtomicU8) {
+    probe.store(phase::BODY, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    tokio::task::yield_now().await;
+    probe.store(phase::RELEASING, Ordering::SeqCst);
+}
+
+macro_rules! annotated {
+    ($name:ident, $backend:literal) => {
+        #[distributed_lock(key = "<key>", wait = "forever", backend = $backend)]
+        async fn $name(key: &str, probe: &AtomicU8) -> Result<(), LockError> {
+            body(probe).await;
+            Ok(())
+        }
+    };
+}
+annotated!(annotated_in_process, "cancel-in-process");
+annotated!(annotated_redis, "cancel-redis");
+
+type BoxedCall<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LockError>> + Send + 'a>>;
+type Annotated = for<'a> fn(&'a str, &'a AtomicU8) -> BoxedCall<'a>;
+
+async fn call(backend: Backend, key: String, style: Style, probe: Arc<AtomicU8>, attr: Annotated) {
+    probe.store(phase::ACQUIRING, Ordering::SeqCst);
+    let lock = Lock::new(key.clone()).on(&backend).wait_forever();
+    let outcome = match style {
+        Style::Run => lock.run(body(&probe)).await,
+        Style::Guard => match lock.acquire().await {
+            Ok(guard) => {
+                body(&probe).await;
+                guard.release().await.map(drop)
+            }
+            Err(err) => Err(err),
+        },
+        Style::Attribute => attr(&key, &probe).await,
+    };
+    outcome.expect("an uncancelled call succeeds");
+    probe.store(phase::FINISHED, Ordering::SeqCst);
+}
+
+/// Fires `abort` at `at`: sleeps until just before, then spins, for microsecond precision.
+fn canceller(orders: mpsc::Receiver<(AbortHandle, Instant)>) {
+    const SPIN: Duration = Duration::from_micros(200);
+    for (handle, at) in orders {
+        let now = Instant::now();
+        if at > now + SPIN {
+            std::thread::sleep(at - now - SPIN);
+        }
+        while Instant::now() < at {
+            std::hint::spin_loop();
+        }
+        handle.abort();
+    }
+}
+
+/// A tiny xorshift: reproducible delays from a seed printed with the figures.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, bound: Duration) -> Duration {
+        Duration::from_nanos(self.next() % bound.as_nanos().max(1) as u64)
+    }
+}
+
+/// How long an uncancelled call of each kind takes: the span cancellation delays are drawn from.
+async fn calibrate(backend: &Backend, attr: Annotated) -> Duration {
+    let mut took = Vec::new();
+    for i in 0..20 {
+        let started = Instant::now();
+        let style = [Style::Run, Style::Guard, Style::Attribute][i % 3];
+        call(
+            backend.clone(),
+            format!("calibrate-{i}"),
+            style,
+            Arc::default(),
+            attr,
+        )
+        .await;
+        took.push(started.elapsed());
+    }
+    took.sort();
+    took[took.len() / 2]
+}
+
+async fn cancelled_calls_leave_nothing_held<F: Fixture>(
+    registry_name: &'static str,
+    attr: Annotated,
+) {
+    let fx = F::start(|b| b);
+    let backend = fx.backend().clone();
+    Registry::global()
+        .register(registry_name, backend.clone())
+        .unwrap();
+    let blocker = fx.contender();
+    let mut blocked = Vec::new();
+    for i in 0..BLOCKED_KEYS {
+        blocked.push(
+            Lock::new(format!("blocked-{i}"))
+                .on(&blocker)
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let typical = calibrate(&backend, attr).await;
+
+    let (orders, received) = mpsc::channel();
+    let cancel_thread = std::thread::spawn(move || canceller(received));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let used_keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let counts = Arc::new(std::sync::Mutex::new(Histogram::default()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut streams = Vec::new();
+    for stream in 0..STREAMS {
+        let (backend, orders) = (backend.clone(), orders.clone());
+        let (used_keys, counts, calls) = (used_keys.clone(), counts.clone(), calls.clone());
+        streams.push(tokio::spawn(async move {
+            let mut rng = Rng(seed.wrapping_add(stream as u64 * 0x9e37_79b9) | 1);
+            for i in 0..CALLS_PER_STREAM {
+                let waits = i % 4 == 3;
+                let key = if waits {
+                    format!("blocked-{}", rng.next() % BLOCKED_KEYS as u64)
+                } else {
+                    format!("free-{stream}-{i}")
+                };
+                used_keys.lock().unwrap().push(key.clone());
+                let style = [Style::Run, Style::Guard, Style::Attribute][(rng.next() % 3) as usize];
+                // Mostly inside one typical call, sometimes a little past it, some at once.
+                let delay = match rng.next() % 8 {
+                    0 => rng.below(Duration::from_micros(20)),
+                    7 => typical + rng.below(typical / 2),
+                    _ => rng.below(typical),
+                };
+                let probe = Arc::new(AtomicU8::new(phase::NOT_STARTED));
+                let spawned_at = Instant::now();
+                let task = tokio::spawn(call(backend.clone(), key, style, probe.clone(), attr));
+                orders
+                    .send((task.abort_handle(), spawned_at + delay))
+                    .unwrap();
+                let cancelled = match task.await {
+                    Ok(()) => false,
+                    Err(err) => {
+                        assert!(err.is_cancelled(), "a call panicked: {err}");
+                        true
+                    }
+                };
+                calls.fetch_add(1, Ordering::Relaxed);
+                let mut counts = counts.lock().unwrap();
+                match (cancelled, probe.load(Ordering::SeqCst)) {
+                    (false, _) => counts.finished += 1,
+                    (true, phase::NOT_STARTED) => counts.not_started += 1,
+                    (true, phase::ACQUIRING) if waits => counts.wait += 1,
+                    (true, phase::ACQUIRING) => counts.acquire += 1,
+                    (true, phase::BODY) => counts.body += 1,
+                    (true, phase::RELEASING) => counts.release += 1,
+                    (true, other) => panic!("cancelled after finishing? phase {other}"),
+                }
+            }
+        }));
+    }
+    drop(orders);
+    for stream in streams {
+        stream.await.unwrap();
+    }
+    cancel_thread.join().unwrap();
+    for guard in blocked {
+        guard.release().await.unwrap();
+    }
+    let last_cancellation = Instant::now();
+
+    // The property itself is a deadline: wait it out, then look at the server.
+    tokio::time::sleep(SETTLE).await;
+    let keys = used_keys.lock().unwrap().clone();
+    let held = fx.held_keys(&keys).await;
+    let stats = backend.stats();
+    let counts = counts.lock().unwrap();
+    eprintln!(
+        "CANCEL {}: {} calls (typical {typical:?}, seed {seed:#x}) cancelled: not started {}, \
+         acquire {}, wait {}, body {}, release {}; finished {}; background releases {}; \
+         left to expire {}; locks held {SETTLE:?} after the last cancellation: {}",
+        fx.kind(),
+        calls.load(Ordering::Relaxed),
+        counts.not_started,
+        counts.acquire,
+        counts.wait,
+        counts.body,
+        counts.release,
+        counts.finished,
+        stats.background_releases,
+        stats.left_to_expire,
+        held.len(),
+    );
+    assert_eq!(
+        held,
+        Vec::<String>::new(),
+        "locks left held by cancelled calls"
+    );
+    assert!(
+        last_cancellation.elapsed() < SETTLE * 5,
+        "the check itself was slow"
+    );
+    assert_eq!(stats.left_to_expire, 0);
+    for (name, client) in [("caller", &backend), ("blocker", &blocker)] {
+        assert_eq!(
+            raw::watched_leases(client),
+            0,
+            "{name}: a lease still renewed"
+        );
+        assert_eq!(
+            raw::local_waiters(client),
+            0,
+            "{name}: a waiter still queued"
+        );
+        assert_eq!(raw::local_keys(client), 0, "{name}: a local turn left out");
+        assert_eq!(
+            raw::watched_channels(client),
+            0,
+            "{name}: a watch left behind"
+        );
+    }
+    // Every phase the backend can be dropped in was hit, many times: in-process acquires and
+    // releases complete without yielding, so only Redis has those two windows.
+    let mut phases = vec![("wait", counts.wait), ("body", counts.body)];
+    if fx.kind() == "redis" {
+        phases.extend([("acquire", counts.acquire), ("release", counts.release)]);
+    }
+    for (name, hits) in phases {
+        assert!(
+            hits >= 15,
+            "only {hits} cancellations hit the {name} phase: {counts:?}"
+        );
+    }
+}
+
+// Keys are letters, digits and `-` only, so the attribute renders `<key>` unescaped and every
+// style locks the same key for the same name.
+fn attr_in_process<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_in_process(key, probe))
+}
+
+fn attr_redis<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_redis(key, probe))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_in_process() {
+    cancelled_calls_leave_nothing_held::<InProcess>("cancel-in-process", attr_in_process).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_redis() {
+    cancelled_calls_leave_nothing_held::<SingleRedis>("cancel-redis", attr_redis).await;
+}
