@@ -1,0 +1,292 @@
+//! What distlock logs: its spans never leak onto other tasks' events, and no owner token,
+//! password or URL with credentials appears in any log line or in the `Debug`/`Display` of any
+//! public type, over a run that exercises every path that logs.
+//!
+//! One global subscriber captures everything (every level, every target) for both tests.
+
+mod common;
+
+use common::PREFIX;
+use distlock::__private::raw;
+use distlock::{Backend, Lease, Lock, LockError, Released};
+use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+/// Every event, with the names of the spans it was recorded in (innermost first).
+#[derive(Default)]
+struct Captured {
+    events: Mutex<Vec<(String, Vec<&'static str>)>>,
+    text: Mutex<Vec<u8>>,
+}
+
+struct Parentage(Arc<Captured>);
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Parentage {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let spans = ctx
+            .event_scope(event)
+            .map(|scope| scope.map(|span| span.name()).collect())
+            .unwrap_or_default();
+        let target = event.metadata().target().to_owned();
+        self.0.events.lock().unwrap().push((target, spans));
+    }
+}
+
+struct TextWriter(Arc<Captured>);
+
+impl Write for TextWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.text.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn capture() -> Arc<Captured> {
+    static CAPTURED: OnceLock<Arc<Captured>> = OnceLock::new();
+    CAPTURED
+        .get_or_init(|| {
+            let captured = Arc::new(Captured::default());
+            let text = captured.clone();
+            let subscriber = tracing_subscriber::registry()
+                .with(Parentage(captured.clone()))
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(false)
+                        .with_writer(move || TextWriter(text.clone())),
+                );
+            tracing::subscriber::set_global_default(subscriber).unwrap();
+            captured
+        })
+        .clone()
+}
+
+/// On one thread, a task that logs every millisecond runs beside a watchdog whose renewals each
+/// take tens of milliseconds (a slow link). A span entered across the renewal's await would be
+/// the current span of every event the other task logs meanwhile.
+#[test]
+fn distlock_spans_never_parent_other_tasks_events() {
+    let captured = capture();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = RedisServer::start();
+        let proxy = FaultProxy::start(server.addr()).await;
+        let backend = Backend::builder(proxy.url())
+            .prefix(PREFIX)
+            .watchdog_timeout(Duration::from_millis(600))
+            .build()
+            .unwrap();
+        let guard = Lock::new("parentage").on(&backend).acquire().await.unwrap();
+        proxy.set_delay(Duration::from_millis(15));
+        let ticker = tokio::spawn(async {
+            let until = Instant::now() + Duration::from_millis(900);
+            while Instant::now() < until {
+                tracing::info!(target: "app::ticker", "tick");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        ticker.await.unwrap();
+        let renewals = backend.stats().renewal_calls;
+        assert!(
+            renewals >= 3,
+            "the watchdog renewed while the app logged: {renewals}"
+        );
+        assert!(guard.is_held());
+        proxy.set_delay(Duration::ZERO);
+        guard.release().await.unwrap();
+    });
+    let events = captured.events.lock().unwrap();
+    let ticks: Vec<&Vec<&'static str>> = events
+        .iter()
+        .filter(|(target, _)| target == "app::ticker")
+        .map(|(_, spans)| spans)
+        .collect();
+    assert!(ticks.len() >= 100, "only {} ticks logged", ticks.len());
+    let adopted = ticks
+        .iter()
+        .filter(|spans| spans.iter().any(|name| name.starts_with("distlock")))
+        .count();
+    assert_eq!(
+        adopted,
+        0,
+        "{adopted} of {} events of another task were logged inside a distlock span, e.g. {:?}",
+        ticks.len(),
+        ticks.iter().find(|spans| !spans.is_empty())
+    );
+}
+
+/// Everything that must never be printed, collected as the run goes.
+#[derive(Default)]
+struct Secrets(Vec<String>);
+
+impl Secrets {
+    async fn owner_of(&mut self, backend: &Backend, key: &str) {
+        let holder = backend.inspect(key).await.unwrap().expect("held");
+        self.0.push(holder.owner);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_reaches_a_log_line_or_a_debug_string() {
+    let captured = capture();
+    let server = RedisServer::start();
+    const PASSWORD: &str = "s3cret-pass-9f8e";
+    const WRONG_PASSWORD: &str = "wr0ng-pass-1a2b";
+    let mut setuser = vec!["ACL", "SETUSER", "locker", "on"];
+    let password_rule = format!(">{PASSWORD}");
+    setuser.push(&password_rule);
+    let rules = distlock::redis_acl_rules(PREFIX);
+    setuser.extend(rules.split(' '));
+    assert_eq!(server.command(&setuser), Reply::Simple("OK".into()));
+    let url = format!("redis://locker:{PASSWORD}@127.0.0.1:{}", server.port());
+    let wrong_url = format!(
+        "redis://locker:{WRONG_PASSWORD}@127.0.0.1:{}",
+        server.port()
+    );
+    let mut secrets = Secrets(vec![
+        PASSWORD.into(),
+        WRONG_PASSWORD.into(),
+        url.clone(),
+        wrong_url.clone(),
+    ]);
+    let mut shown = Vec::<String>::new();
+    let builder = Backend::builder(&url)
+        .prefix(PREFIX)
+        .watchdog_timeout(Duration::from_millis(300));
+    shown.push(format!("{builder:?}"));
+    let holder = builder.clone().build().unwrap();
+    let waiter = builder.build().unwrap();
+    shown.push(format!("{holder:?}"));
+
+    // Acquire, wait on a notification, hand over, renew, release.
+    let guard = Lock::new("k1").on(&holder).acquire().await.unwrap();
+    secrets.owner_of(&holder, "k1").await;
+    shown.push(format!("{guard:?}"));
+    shown.push(format!("{:?}", holder.inspect("k1").await.unwrap()));
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            Lock::new("k1")
+                .on(&waiter)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    while raw::watched_channels(&waiter) == 0 {
+        tokio::task::yield_now().await;
+    }
+    guard.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    secrets.owner_of(&waiter, "k1").await;
+    tokio::time::sleep(Duration::from_millis(250)).await; // two renewal periods
+    assert!(waiter.stats().renewed >= 1, "{:?}", waiter.stats());
+    handed.release().await.unwrap();
+
+    // A fixed lease that runs out: lost, then released after its expiry.
+    let fixed = Lock::new("k2")
+        .on(&holder)
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .acquire()
+        .await
+        .unwrap();
+    secrets.owner_of(&holder, "k2").await;
+    let lost = tokio::time::timeout(Duration::from_secs(5), fixed.lost())
+        .await
+        .expect("the fixed lease is lost within its 150ms");
+    shown.extend([format!("{lost:?}"), lost.to_string()]);
+    while holder.inspect("k2").await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fixed.release().await.unwrap(), Released::Expired);
+
+    // A lease stolen on the server: the watchdog finds another owner.
+    let stolen = Lock::new("k3").on(&holder).acquire().await.unwrap();
+    let victim = holder.inspect("k3").await.unwrap().unwrap().owner;
+    secrets.0.push(victim.clone());
+    assert_eq!(raw::release(&holder, "k3", &victim).await.unwrap(), 1);
+    let thief = raw::new_owner();
+    secrets.0.push(thief.clone());
+    raw::acquire(&holder, "k3", &thief, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), stolen.lost())
+        .await
+        .expect("the watchdog notices within a period");
+    shown.extend([format!("{lost:?}"), lost.to_string()]);
+    assert_eq!(stolen.release().await.unwrap(), Released::TakenOver);
+    let busy = Lock::new("k3").on(&waiter).acquire().await.unwrap_err();
+    shown.extend([format!("{busy:?}"), busy.to_string()]);
+
+    // Failures: a wrong password, an unreachable server, a malformed URL.
+    let wrong = Backend::builder(&wrong_url).prefix(PREFIX).build().unwrap();
+    let err = Lock::new("k4").on(&wrong).acquire().await.unwrap_err();
+    assert!(
+        err.to_string().contains("check the user name and password"),
+        "{err}"
+    );
+    shown.extend([format!("{err:?}"), err.to_string()]);
+    let nowhere = format!("redis://locker:{PASSWORD}@127.0.0.1:{}", free_port());
+    secrets.0.push(nowhere.clone());
+    let unreachable = Backend::builder(&nowhere)
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let err = Lock::new("k5")
+        .on(&unreachable)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    shown.extend([format!("{err:?}"), err.to_string()]);
+    let malformed = format!("redis://locker:{PASSWORD}@[::1");
+    let err = Backend::builder(&malformed).build().unwrap_err();
+    shown.extend([format!("{err:?}"), err.to_string()]);
+    shown.push(format!(
+        "{:?}",
+        Lock::new("k6").on(&holder).wait(Duration::ZERO)
+    ));
+    shown.push(format!("{:?}", holder.stats()));
+
+    let text = String::from_utf8(captured.text.lock().unwrap().clone()).unwrap();
+    for needle in [
+        "distlock.acquire",
+        "distlock.release",
+        "lock lost",
+        "another owner",
+    ] {
+        assert!(
+            text.contains(needle),
+            "the run logged no `{needle}`:\n{text}"
+        );
+    }
+    assert_eq!(secrets.0.len(), 10, "every secret was collected");
+    for secret in &secrets.0 {
+        if let Some(line) = text.lines().find(|line| line.contains(secret.as_str())) {
+            panic!("a log line shows the secret `{secret}`: {line}");
+        }
+        if let Some(string) = shown.iter().find(|string| string.contains(secret.as_str())) {
+            panic!("a Debug/Display string shows the secret `{secret}`: {string}");
+        }
+    }
+    eprintln!(
+        "SECRETS: {} log lines and {} Debug/Display strings checked for {} secrets (passwords, \
+         URLs with credentials, owner tokens): none found",
+        text.lines().count(),
+        shown.len(),
+        secrets.0.len()
+    );
+}
