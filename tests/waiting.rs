@@ -145,6 +145,42 @@ async fn a_killed_subscription_connection_resubscribes_by_itself() {
     );
 }
 
+/// Regression: the notification connection died between the server's SUBSCRIBE reply and the
+/// local confirmation; the confirmation was recorded anyway, so the waiter trusted a dead
+/// connection, never subscribed again and waited on backoff alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_confirmed_on_a_connection_that_died_is_made_again() {
+    let fx = SingleRedis::start(|b| b);
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let waiters = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    // Widen the window between the SUBSCRIBE reply and the confirmation.
+    raw::set_confirm_delay(&waiters, Duration::from_millis(300));
+    let holder = Lock::new("epoch").on(fx.backend()).acquire().await.unwrap();
+    proxy.reset_after_reply_matching(b"subscribe");
+    let waiter = spawn_waiter(&waiters, "epoch", Duration::from_secs(60));
+    assert_eq!(
+        proxy.dropped().await,
+        1,
+        "the subscription was confirmed by the server, then its connection reset"
+    );
+    until_subscribers(&fx.server, "epoch", 0).await;
+    // The waiter must see that its confirmation belongs to a dead connection and subscribe on a
+    // new one.
+    until_subscribers(&fx.server, "epoch", 1).await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap().unwrap();
+    assert!(
+        acquired - released < PROMPT,
+        "woken after {:?}: by backoff, not by a notification",
+        acquired - released
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_notification_costs_at_most_the_backoff_cap() {
     let fx = SingleRedis::start(|b| b);

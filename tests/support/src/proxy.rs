@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use faults::Faults;
+use faults::{DropMode, Faults};
 
 /// Upper bound for the proxy's own waits ([`FaultProxy::wait_drops`],
 /// [`FaultProxy::reset_all`]): a test that gets here is broken, and a panic
@@ -141,7 +141,7 @@ impl FaultProxy {
     ///
     /// Arm it before sending the command whose reply should be lost.
     pub fn drop_next_reply(&self) {
-        self.faults.arm_drop(None, true);
+        self.faults.arm_drop(None, DropMode::Reset);
     }
 
     /// Loses the next server frame (reply or push) whose bytes contain
@@ -149,7 +149,22 @@ impl FaultProxy {
     /// [`FaultProxy::drop_next_reply`]; without, the frame just vanishes and
     /// the connection carries on (e.g. one lost pub/sub message).
     pub fn drop_next_reply_matching(&self, needle: &[u8], reset: bool) {
-        self.faults.arm_drop(Some(needle), reset);
+        let mode = if reset {
+            DropMode::Reset
+        } else {
+            DropMode::Silent
+        };
+        self.faults.arm_drop(Some(needle), mode);
+    }
+
+    /// Delivers the next server frame whose bytes contain `needle`, then
+    /// resets that connection: the client has its answer and loses the
+    /// connection right after (e.g. a SUBSCRIBE confirmed on a link that
+    /// dies at once). Counted in [`FaultProxy::dropped`] once the reset is
+    /// done.
+    pub fn reset_after_reply_matching(&self, needle: &[u8]) {
+        self.faults
+            .arm_drop(Some(needle), DropMode::DeliverThenReset);
     }
 
     /// Waits until every drop armed so far has happened; returns how many

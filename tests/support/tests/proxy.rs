@@ -52,6 +52,15 @@ impl Conn {
         self.send(args);
         self.read().unwrap()
     }
+
+    /// Sends `args` on a connection that must be dead; the error it meets.
+    fn call_err(&mut self, args: &[&str]) -> std::io::Error {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        if let Err(err) = self.0.write_all(&encode_command(&args)) {
+            return err;
+        }
+        self.read().expect_err("the connection was reset")
+    }
 }
 
 fn is_connection_loss(e: &std::io::Error) -> bool {
@@ -128,6 +137,28 @@ async fn matching_drop_without_reset_skips_one_frame() {
     assert_eq!(
         conn.call(&["ECHO", "secret"]).as_str().as_deref(),
         Some("secret")
+    );
+}
+
+#[tokio::test]
+async fn a_reply_can_be_delivered_and_its_connection_reset_right_after() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let mut bystander = Conn::open(proxy.addr());
+    let mut conn = Conn::open(proxy.addr());
+    proxy.reset_after_reply_matching(b"last-words");
+    assert_eq!(
+        conn.call(&["ECHO", "last-words"]).as_str().as_deref(),
+        Some("last-words"),
+        "the reply itself arrives"
+    );
+    assert_eq!(proxy.dropped().await, 1);
+    let after = conn.call_err(&["PING"]);
+    assert!(is_connection_loss(&after), "{after}");
+    assert_eq!(
+        bystander.call(&["PING"]),
+        pong(),
+        "other connections live on"
     );
 }
 

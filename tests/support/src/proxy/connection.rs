@@ -189,6 +189,12 @@ impl Filter for ReplyFilter {
                             reset = true;
                             break;
                         }
+                        Some(DropMode::DeliverThenReset) => {
+                            out.extend_from_slice(frame);
+                            start = self.pending.len();
+                            reset = true;
+                            break;
+                        }
                     }
                 }
                 Ok(None) => break,

@@ -17,7 +17,7 @@ struct DropRule {
     /// Only frames containing these bytes; `None`: the next reply that is not
     /// a RESP3 push (pushes are not replies to anything the client sent).
     needle: Option<Vec<u8>>,
-    reset: bool,
+    mode: DropMode,
 }
 
 impl DropRule {
@@ -36,6 +36,9 @@ pub(super) enum DropMode {
     Silent,
     /// Swallow it and reset the connection.
     Reset,
+    /// Deliver it, then reset the connection: the client got its answer and
+    /// loses the connection right after.
+    DeliverThenReset,
 }
 
 #[derive(Debug, Default)]
@@ -128,10 +131,10 @@ impl Faults {
         self.blackhole.subscribe()
     }
 
-    pub(super) fn arm_drop(&self, needle: Option<&[u8]>, reset: bool) {
+    pub(super) fn arm_drop(&self, needle: Option<&[u8]>, mode: DropMode) {
         let rule = DropRule {
             needle: needle.map(<[u8]>::to_vec),
-            reset,
+            mode,
         };
         self.lock_rules().push_back(rule);
         self.armed.fetch_add(1, Ordering::Relaxed);
@@ -141,12 +144,7 @@ impl Faults {
     pub(super) fn claim_drop(&self, frame: &[u8]) -> Option<DropMode> {
         let mut rules = self.lock_rules();
         let index = rules.iter().position(|rule| rule.matches(frame))?;
-        let rule = rules.remove(index)?;
-        Some(if rule.reset {
-            DropMode::Reset
-        } else {
-            DropMode::Silent
-        })
+        Some(rules.remove(index)?.mode)
     }
 
     /// Counts a completed drop; called only once its effects (the reset) are
