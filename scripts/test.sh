@@ -3,17 +3,22 @@
 #
 # The tests start their own redis-server processes (own ports, own temp dirs) and stop them by
 # PID; they never use a server that happens to be running. This script only makes sure the
-# redis-server binary exists, installing it with apt-get when it is missing.
+# binaries they run exist, installing the missing ones with apt-get: redis-server, and openssl
+# (the TLS tests make their certificates with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "redis-server not found; installing it with apt-get" >&2
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing ${missing[*]} with apt-get" >&2
   sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 redis-server --version
+openssl version
 
 cargo test --workspace --locked "$@"

@@ -10,6 +10,13 @@ pub const ENV_URL: &str = "DISTLOCK_URL";
 pub const ENV_WATCHDOG_TIMEOUT: &str = "DISTLOCK_WATCHDOG_TIMEOUT";
 /// Key namespace; default `distlock`.
 pub const ENV_PREFIX: &str = "DISTLOCK_PREFIX";
+/// For `rediss://`: a PEM file of the CA certificate(s) to trust instead of the web PKI roots.
+pub const ENV_TLS_CA_FILE: &str = "DISTLOCK_TLS_CA_FILE";
+/// For `rediss://` servers that verify clients: the client's certificate (PEM); needs
+/// [`ENV_TLS_KEY_FILE`] too.
+pub const ENV_TLS_CERT_FILE: &str = "DISTLOCK_TLS_CERT_FILE";
+/// The private key (PEM) of [`ENV_TLS_CERT_FILE`].
+pub const ENV_TLS_KEY_FILE: &str = "DISTLOCK_TLS_KEY_FILE";
 
 /// Builds a backend from the environment; `Ok(None)` when `DISTLOCK_URL` is not set.
 pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
@@ -32,9 +39,28 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         })?;
         builder = builder.prefix(prefix);
     }
+    if let Some(ca) = var(ENV_TLS_CA_FILE)? {
+        builder = builder.tls_ca_file(ca);
+    }
+    match (var(ENV_TLS_CERT_FILE)?, var(ENV_TLS_KEY_FILE)?) {
+        (Some(cert), Some(key)) => builder = builder.tls_client_auth_files(cert, key),
+        (None, None) => {}
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(LockError::invalid_config(
+                format!("{ENV_TLS_CERT_FILE} and {ENV_TLS_KEY_FILE}"),
+                "must be set together (a client certificate needs its private key)",
+            ))
+        }
+    }
     builder.build().map(Some).map_err(|err| match err {
-        LockError::InvalidConfig { setting, problem } if setting == "url" => {
-            LockError::invalid_config(ENV_URL, problem)
+        LockError::InvalidConfig { setting, problem } => {
+            let setting = match setting.as_str() {
+                "url" => ENV_URL.to_owned(),
+                "tls_ca_file" => ENV_TLS_CA_FILE.to_owned(),
+                "tls_client_auth_files" => format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
+                _ => setting,
+            };
+            LockError::invalid_config(setting, problem)
         }
         other => other,
     })

@@ -8,6 +8,8 @@
 //!   start, and never uses port 6379.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
+//! * [`TestPki`] makes a CA, server and client certificates with the
+//!   `openssl` tool, for servers started with a TLS port.
 //! * [`Reply`], [`frame_len`] and [`encode_command`] are a small RESP codec,
 //!   written by hand so that checking the `redis` crate's behaviour does not
 //!   depend on the `redis` crate.
@@ -32,9 +34,11 @@ mod process;
 mod proxy;
 mod resp;
 mod server;
+mod tls;
 
 pub use client::{command_at, pipeline_at};
 pub use ports::free_port;
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
 pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV};
+pub use tls::TestPki;

@@ -456,7 +456,7 @@ fn launch(config: &ServerConfig, port: u16, dir: &Path) -> Result<Arc<Child>, Fa
 }
 
 /// Creates a fresh, empty directory under the system temp dir.
-fn make_temp_dir() -> PathBuf {
+pub(crate) fn make_temp_dir() -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let root = std::env::temp_dir();
     loop {

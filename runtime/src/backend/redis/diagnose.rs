@@ -28,14 +28,26 @@ impl std::error::Error for Diagnosed {
 /// (a timeout, or a connection that broke after the request was written), and advice for the
 /// causes a user can fix.
 pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> StoreFailure {
-    let ambiguous = err.is_timeout()
-        || err.is_connection_dropped()
-        || (err.is_io_error() && !err.is_connection_refusal());
-    let source: Box<dyn std::error::Error + Send + Sync> = match advice(&err, prefix) {
-        Some(advice) => Box::new(Diagnosed { error: err, advice }),
+    let advice = advice(&err, prefix);
+    // A TLS handshake that failed never carried the command.
+    let handshake_failed = matches!(advice, Some(Advice::Tls(_)));
+    let ambiguous = !handshake_failed
+        && (err.is_timeout()
+            || err.is_connection_dropped()
+            || (err.is_io_error() && !err.is_connection_refusal()));
+    let source: Box<dyn std::error::Error + Send + Sync> = match advice {
+        Some(Advice::Tls(advice) | Advice::Other(advice)) => {
+            Box::new(Diagnosed { error: err, advice })
+        }
         None => Box::new(err),
     };
     StoreFailure { ambiguous, source }
+}
+
+enum Advice {
+    /// The TLS handshake failed.
+    Tls(String),
+    Other(String),
 }
 
 /// `true` when retrying cannot help: the server refused the command (a permission, an unknown
@@ -50,29 +62,46 @@ pub(crate) fn is_permanent(err: &redis::RedisError) -> bool {
     )
 }
 
-fn advice(err: &redis::RedisError, prefix: &str) -> Option<String> {
+fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
     if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
-        return Some(format!(
+        return Some(Advice::Other(format!(
             "the Redis user lacks a permission distlock needs; grant it the rules \
              `distlock::redis_acl_rules(\"{prefix}\")` returns (keys and release channels under \
              the prefix, the scripts, SUBSCRIBE and PUBLISH)"
-        ));
+        )));
     }
     if err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("WRONGPASS" | "NOAUTH"))
     {
-        return Some(
+        return Some(Advice::Other(
             "the server rejected the credentials; check the user name and password in the URL"
                 .to_owned(),
-        );
+        ));
+    }
+    // rustls names the alert the server sent, or what it found wrong with the server's
+    // certificate.
+    if chain_mentions(err, "certificaterequired") {
+        return Some(Advice::Tls(
+            "this is a TLS certificate problem: the server requires a client certificate; set \
+             `tls_client_auth_files` on the backend builder (or DISTLOCK_TLS_CERT_FILE and \
+             DISTLOCK_TLS_KEY_FILE)"
+                .to_owned(),
+        ));
+    }
+    if chain_mentions(err, "alert") && chain_mentions(err, "certificate") {
+        return Some(Advice::Tls(
+            "this is a TLS certificate problem: the server rejected the client certificate; it \
+             must be signed by a CA the server trusts (its tls-ca-cert-file)"
+                .to_owned(),
+        ));
     }
     if chain_mentions(err, "certificate") {
-        return Some(
+        return Some(Advice::Tls(
             "this is a TLS certificate problem: the server's certificate was not accepted. It \
              must be signed by a CA the client trusts (set `tls_ca_file` on the backend builder, \
              or DISTLOCK_TLS_CA_FILE, to the CA that signed it) and name the host in the URL"
                 .to_owned(),
-        );
+        ));
     }
     None
 }
