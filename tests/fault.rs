@@ -242,47 +242,6 @@ async fn invalid_builder_settings_are_rejected() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_with_the_documented_acl_can_lock_wait_and_release() {
-    let server = RedisServer::start();
-    let mut setuser = vec!["ACL", "SETUSER", "locker", "on", ">secret"];
-    let rules = distlock::redis_acl_rules("acl");
-    setuser.extend(rules.split(' '));
-    assert_eq!(server.command(&setuser), Reply::Simple("OK".into()));
-    let url = format!("redis://locker:secret@127.0.0.1:{}", server.port());
-    let holder = Backend::builder(&url).prefix("acl").build().unwrap();
-    let waiter = Backend::builder(&url).prefix("acl").build().unwrap();
-    let guard = Lock::new("k").on(&holder).acquire().await.unwrap();
-    let waiting = tokio::spawn(async move {
-        Lock::new("k")
-            .on(&waiter)
-            .wait(Duration::from_secs(10))
-            .run(async { distlock::fencing_token() })
-            .await
-    });
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server
-        .command(&["PUBSUB", "NUMSUB", "acl:{k}:released"])
-        .as_array()
-        .unwrap()[1]
-        != Reply::Int(1)
-    {
-        assert!(Instant::now() < deadline, "the waiter could not subscribe");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let first = guard.fencing_token();
-    assert_eq!(guard.release().await.unwrap(), Released::Released);
-    let second = waiting.await.unwrap().unwrap().unwrap();
-    assert!(second > first);
-    // Outside the prefix the same user is refused.
-    let other = Backend::builder(&url).prefix("other").build().unwrap();
-    let err = Lock::new("k").on(&other).acquire().await.unwrap_err();
-    assert!(
-        err.to_string().contains("NOPERM") || err.to_string().contains("permission"),
-        "{err}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_names_settings_that_weaken_locks() {
     let risky = RedisServer::start_with(
         distlock_test_support::ServerConfig::new().arg("maxmemory-policy", "allkeys-lru"),

@@ -48,6 +48,8 @@ pub(crate) struct RedisStore {
     timeouts: Timeouts,
     connection: Mutex<Option<Bound>>,
     subscriber: Arc<Subscriber>,
+    /// A release notification was refused (and reported) already.
+    publish_refused: AtomicBool,
 }
 
 /// A connection bound to the tokio runtime that opened it. Its background tasks die with that
@@ -90,6 +92,7 @@ impl RedisStore {
             fence_counter_ttl_ms: config.fence_counter_ttl.as_millis().max(1) as u64,
             timeouts: config.timeouts,
             connection: Mutex::new(None),
+            publish_refused: AtomicBool::new(false),
         })
     }
 
@@ -143,6 +146,22 @@ impl RedisStore {
             }
             other => other.map_err(|err| self.failure(err)),
         }
+    }
+
+    /// The release script could not announce a release: say so, once per backend, loudly — the
+    /// release itself stands.
+    fn publish_refused(&self, channel: &str) {
+        if self.publish_refused.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::warn!(
+            target: "distlock::release",
+            channel,
+            prefix = %self.prefix,
+            "the server refused to publish a release notification (the Redis user may not \
+             publish on the channel); releases still happen, but waiters in other processes learn \
+             of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
+        );
     }
 
     fn failure(&self, err: redis::RedisError) -> StoreFailure {
@@ -219,6 +238,10 @@ impl Store for RedisStore {
                     &[owner.as_bytes(), names.channel.as_bytes()],
                 )
                 .await?;
+            if code == 2 {
+                self.publish_refused(&names.channel);
+                return Ok(Ownership::Ours);
+            }
             Ok(ownership(code))
         })
     }

@@ -1,0 +1,180 @@
+//! Redis ACL users: a least-privilege user with the rules `distlock::redis_acl_rules` returns can
+//! do every lock operation — and the server logs no denied command while it does; a user without
+//! pub/sub rights gets a clear error at once, never a hang or a silent fallback to polling.
+
+mod common;
+
+use common::PREFIX;
+use distlock::__private::raw;
+use distlock::{Backend, Lease, Lock, LockError, LostReason, Released};
+use distlock_test_support::{RedisServer, Reply};
+use std::time::{Duration, Instant};
+
+/// Creates user `name` with password `secret` and `rules`; the URL it logs in with.
+fn create_user(server: &RedisServer, name: &str, rules: &str) -> String {
+    let password = format!(">{name}-secret");
+    let mut setuser = vec!["ACL", "SETUSER", name, "on", &password];
+    setuser.extend(rules.split(' '));
+    assert_eq!(server.command(&setuser), Reply::Simple("OK".into()));
+    format!("redis://{name}:{name}-secret@127.0.0.1:{}", server.port())
+}
+
+/// Commands, keys and channels the server refused since the log was reset.
+fn denied(server: &RedisServer) -> Vec<Reply> {
+    match server.command(&["ACL", "LOG"]) {
+        Reply::Array(Some(entries)) => entries,
+        other => panic!("ACL LOG: {other:?}"),
+    }
+}
+
+fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    server
+        .command(&["PUBSUB", "NUMSUB", channel])
+        .as_array()
+        .unwrap()[1]
+        .as_int()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_user_can_do_every_operation() {
+    let server = RedisServer::start();
+    let url = create_user(&server, "locker", &distlock::redis_acl_rules(PREFIX));
+    let ttl = Duration::from_millis(300);
+    let build = || {
+        Backend::builder(&url)
+            .prefix(PREFIX)
+            .watchdog_timeout(ttl)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (build(), build());
+    raw::set_backoff_floor(&waiter, Duration::from_secs(30));
+
+    // Acquire, inspect, renew across three periods.
+    let guard = Lock::new("k").on(&holder).acquire().await.unwrap();
+    let seen = holder.inspect("k").await.unwrap().expect("held");
+    assert_eq!(seen.fencing_token, guard.fencing_token());
+    // Wait on a notification.
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let guard = Lock::new("k")
+                .on(&waiter)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await?;
+            let acquired = Instant::now();
+            guard.release().await?;
+            Ok::<_, LockError>(acquired)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subscribers(&server, &format!("{PREFIX}:{{k}}:released")) != 1 {
+        assert!(Instant::now() < deadline, "the waiter could not subscribe");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(ttl).await;
+    assert!(guard.is_held());
+    assert!(holder.stats().renewed >= 2, "{:?}", holder.stats());
+    let released = Instant::now();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let acquired = waiting.await.unwrap().unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(5),
+        "woken by the notification, not by backoff: {:?}",
+        acquired - released
+    );
+
+    // Several keys at once; a fixed lease that expires and is released late; foreign tokens.
+    Lock::keys(["a", "b"])
+        .on(&holder)
+        .run(async {})
+        .await
+        .unwrap();
+    let fixed = Lock::new("fixed")
+        .on(&holder)
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .acquire()
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), fixed.lost())
+        .await
+        .expect("lost within its lease");
+    assert_eq!(lost.lost_reason(), Some(LostReason::Expired));
+    while holder.inspect("fixed").await.unwrap().is_some() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fixed.release().await.unwrap(), Released::Expired);
+    let owner = raw::new_owner();
+    assert!(raw::acquire(&holder, "raw", &owner, ttl)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        raw::release(&holder, "raw", &raw::new_owner())
+            .await
+            .unwrap(),
+        -1
+    );
+    assert_eq!(raw::renew(&holder, "raw", &owner, ttl).await.unwrap(), 1);
+    assert_eq!(raw::release(&holder, "raw", &owner).await.unwrap(), 1);
+
+    let refused = denied(&server);
+    assert!(
+        refused.is_empty(),
+        "the server denied the lock user: {refused:?}"
+    );
+
+    // Outside its prefix the same user is refused, with advice.
+    let other = Backend::builder(&url).prefix("other").build().unwrap();
+    let err = Lock::new("k").on(&other).acquire().await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.to_lowercase().contains("noperm"), "{text}");
+    assert!(
+        text.contains("grant it the rules `distlock::redis_acl_rules(\"other\")` returns"),
+        "{text}"
+    );
+    assert!(!denied(&server).is_empty(), "the server logged the refusal");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
+    let server = RedisServer::start();
+    let rules = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    assert!(
+        rules.contains("resetchannels") && !rules.contains('&'),
+        "{rules}"
+    );
+    let url = create_user(&server, "nochannels", &rules);
+    let holder = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let waiter = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let guard = Lock::new("k").on(&holder).acquire().await.unwrap();
+
+    let started = Instant::now();
+    let err = Lock::new("k")
+        .on(&waiter)
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let LockError::Backend(failure) = &err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert_eq!(failure.operation(), "subscribe", "{err}");
+    let text = err.to_string();
+    assert!(text.to_lowercase().contains("noperm"), "{text}");
+    assert!(text.contains("distlock::redis_acl_rules(\"t\")"), "{text}");
+    assert!(
+        took < Duration::from_secs(2),
+        "failed at once, not after the budget: {took:?}"
+    );
+    assert_eq!(raw::local_keys(&waiter), 0);
+    assert_eq!(raw::watched_channels(&waiter), 0);
+
+    // The holder's release may not publish: the release stands all the same.
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(holder.inspect("k").await.unwrap(), None);
+    eprintln!("ACL without pub/sub rights: waiting failed after {took:?} with: {text}");
+}
