@@ -321,3 +321,52 @@ async fn cancelled_calls_leave_no_lock_held_in_process() {
 async fn cancelled_calls_leave_no_lock_held_redis() {
     cancelled_calls_leave_nothing_held::<SingleRedis>("cancel-redis", attr_redis).await;
 }
+
+/// With no runtime left to run a background release, the lock expires by its TTL, and the stats
+/// say so: a guard dropped by a runtime that shuts down, and one dropped on a plain thread.
+#[test]
+fn locks_dropped_with_no_runtime_to_release_them_are_counted() {
+    let fx = SingleRedis::start(|b| b);
+    let backend = fx.backend().clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let guard_of_thread = runtime.block_on(async {
+        let owner = backend.clone();
+        runtime_spawned_holder(owner, held_tx);
+        Lock::new("on-a-thread")
+            .on(&backend)
+            .acquire()
+            .await
+            .unwrap()
+    });
+    held_rx.recv().unwrap();
+    // The runtime shuts down with a task that holds a guard: the task is dropped, its guard
+    // tries to release, and the runtime refuses new tasks.
+    drop(runtime);
+    assert_eq!(backend.stats().left_to_expire, 1, "{:?}", backend.stats());
+    // A guard dropped on a thread with no runtime at all.
+    std::thread::spawn(move || drop(guard_of_thread))
+        .join()
+        .unwrap();
+    let stats = backend.stats();
+    assert_eq!(stats.left_to_expire, 2, "{stats:?}");
+    for key in ["in-a-task", "on-a-thread"] {
+        let pttl = fx.server.command(&["PTTL", &SingleRedis::lock_key(key)]);
+        assert!(
+            matches!(pttl, distlock_test_support::Reply::Int(ms) if ms > 0),
+            "{key} is left to its TTL: {pttl:?}"
+        );
+    }
+}
+
+fn runtime_spawned_holder(backend: Backend, held: mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        let _guard = Lock::new("in-a-task").on(&backend).acquire().await.unwrap();
+        held.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+}
