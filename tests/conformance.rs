@@ -50,6 +50,14 @@ conformance!(
     over_long_keys_are_rejected,
 );
 
+/// `future`'s output, or a panic naming the deadline: a broken implementation fails the test
+/// instead of hanging CI.
+async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("no outcome within {limit:?}"))
+}
+
 fn unique_key(test: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!("{test}:{}", NEXT.fetch_add(1, Ordering::Relaxed))
@@ -69,24 +77,28 @@ async fn acquire_then_release_frees_the_key<F: Fixture>() {
     assert_eq!((stats.acquired, stats.released), (1, 1));
 }
 
+/// A second client (another process, in effect) finds the key busy — refused by the server, not
+/// by this process's local queue: its acquire script ran and answered "busy".
 async fn a_held_key_is_busy_for_others<F: Fixture>() {
     let fx = F::start(|b| b);
+    let other = fx.contender();
     let key = unique_key("busy");
     let _held = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
-    let err = Lock::new(&key)
-        .on(fx.backend())
-        .acquire()
-        .await
-        .unwrap_err();
+    let err = Lock::new(&key).on(&other).acquire().await.unwrap_err();
     let LockError::Busy { key: busy_key, .. } = &err else {
         panic!("expected Busy, got {err:?}")
     };
     assert_eq!(busy_key, &key);
     assert!(err.to_string().contains("is held by someone else"), "{err}");
+    assert_eq!(
+        other.stats().busy_replies,
+        1,
+        "the server refused the contender's acquire"
+    );
 
     let started = Instant::now();
     let err = Lock::new(&key)
-        .on(fx.backend())
+        .on(&other)
         .wait(Duration::from_millis(200))
         .acquire()
         .await
@@ -97,7 +109,21 @@ async fn a_held_key_is_busy_for_others<F: Fixture>() {
         waited >= Duration::from_millis(200),
         "gave up early: {waited:?}"
     );
-    assert_eq!(fx.backend().stats().busy, 2);
+    let stats = other.stats();
+    assert_eq!(stats.busy, 2);
+    assert!(
+        stats.busy_replies >= 3,
+        "the waiting contender asked the server again (subscribe-before-check): {stats:?}"
+    );
+    // The holder's own process answers a second local caller from its queue, without asking
+    // the server.
+    let err = Lock::new(&key)
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    assert_eq!(fx.backend().stats().busy_replies, 0);
 }
 
 async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
@@ -109,7 +135,7 @@ async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
         .acquire()
         .await
         .unwrap();
-    let lost = guard.lost().await;
+    let lost = within(Duration::from_secs(5), guard.lost()).await;
     assert_eq!(lost.lost_reason(), Some(LostReason::Expired), "{lost:?}");
     assert!(!guard.is_held());
     // Our local validity ends before the server's TTL (drift margin): wait for the server.
@@ -140,6 +166,9 @@ async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {
         .await
         .unwrap()
         .expect("free");
+    // Impostors ask for a far longer TTL: a renewal that said "not ours" but still extended
+    // the key would show on the server.
+    let long = Duration::from_secs(3_600);
 
     let mut impostors = vec![
         String::new(),
@@ -155,13 +184,24 @@ async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {
     let mut accepted = 0;
     for impostor in &impostors {
         accepted += (raw::release(backend, &key, impostor).await.unwrap() == 1) as usize;
-        accepted += (raw::renew(backend, &key, impostor, ttl).await.unwrap() == 1) as usize;
+        accepted += (raw::renew(backend, &key, impostor, long).await.unwrap() == 1) as usize;
         assert_eq!(
             raw::acquire(backend, &key, impostor, ttl).await.unwrap(),
             None
         );
     }
     assert_eq!(accepted, 0, "foreign tokens released or renewed the lock");
+    let left = fx.pttl(&key).await.expect("still held by its owner");
+    assert!(
+        left <= ttl,
+        "a foreign renewal extended the lock to {left:?} on the server"
+    );
+    let holder = backend.inspect(&key).await.unwrap().expect("held");
+    assert_eq!(holder.owner, owner, "still the owner's");
+    // A renewal of a key that is gone does not bring it back.
+    let gone = unique_key("gone");
+    assert_eq!(raw::renew(backend, &gone, &owner, long).await.unwrap(), 0);
+    assert_eq!(fx.pttl(&gone).await, None, "a renewal created a lock");
     assert_eq!(
         raw::release(backend, &key, &owner).await.unwrap(),
         1,
@@ -216,14 +256,16 @@ async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() 
 async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
     let ttl = Duration::from_millis(300);
     let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let prober = fx.contender();
     let key = unique_key("watchdog");
     let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
     let until = Instant::now() + ttl * 3;
     let mut probes = 0;
+    // Probes at a fixed pace are the point: the key must be busy at every one of them.
     let mut interval = tokio::time::interval(ttl / 10);
     while Instant::now() < until {
         interval.tick().await;
-        let probe = Lock::new(&key).on(fx.backend()).acquire().await;
+        let probe = Lock::new(&key).on(&prober).acquire().await;
         assert!(
             matches!(probe, Err(LockError::Busy { .. })),
             "probe {probes} got {probe:?}"
@@ -232,6 +274,16 @@ async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
         probes += 1;
     }
     assert!(probes >= 20);
+    assert_eq!(
+        prober.stats().busy_replies,
+        probes,
+        "every probe was refused by the server"
+    );
+    let left = fx.pttl(&key).await.expect("held");
+    assert!(
+        left > ttl / 3,
+        "renewed on the server, not only in the client: PTTL {left:?}"
+    );
     assert!(
         fx.backend().stats().renewed >= 6,
         "{:?}",
@@ -256,7 +308,7 @@ async fn a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease<F: Fixture>
                 .expect("free after the delete");
         }
         let started = Instant::now();
-        let lost = guard.lost().await;
+        let lost = within(Duration::from_secs(5), guard.lost()).await;
         assert_eq!(lost.lost_reason(), Some(reason), "{lost:?}");
         assert!(
             started.elapsed() < ttl,
@@ -481,19 +533,28 @@ async fn nested_calls_on_a_held_key_reenter<F: Fixture>() {
 async fn abort_drops_the_body_when_the_lease_is_lost<F: Fixture>() {
     let fx = F::start(|b| b);
     let key = unique_key("abort");
-    let (reached_end_tx, mut reached_end_rx) = tokio::sync::oneshot::channel::<()>();
-    let err = Lock::new(&key)
+    let (reached_end_tx, reached_end_rx) = tokio::sync::oneshot::channel::<()>();
+    let started = Instant::now();
+    let run = Lock::new(&key)
         .on(fx.backend())
         .lease(Lease::Fixed(Duration::from_millis(150)))
         .on_lost(OnLost::Abort)
         .run(async {
-            std::future::pending::<()>().await;
-            reached_end_tx.send(()).unwrap();
-        })
+            // Would finish at 600 ms, long after the 150 ms lease.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let _ = reached_end_tx.send(());
+        });
+    let err = within(Duration::from_secs(5), run)
         .await
-        .unwrap_err();
+        .expect_err("an aborted body is an error");
+    let took = started.elapsed();
     assert_eq!(err.lost_reason(), Some(LostReason::Expired), "{err:?}");
-    assert!(reached_end_rx.try_recv().is_err(), "the body was dropped");
+    assert!(
+        took < Duration::from_millis(600),
+        "returned when the lease was lost, not when the body ended: {took:?}"
+    );
+    // The body was dropped: its sender is gone without having sent.
+    assert!(reached_end_rx.await.is_err(), "the body ran to its end");
 }
 
 async fn max_hold_stops_renewal<F: Fixture>() {
@@ -507,7 +568,7 @@ async fn max_hold_stops_renewal<F: Fixture>() {
         .await
         .unwrap();
     let started = Instant::now();
-    let lost = guard.lost().await;
+    let lost = within(Duration::from_secs(5), guard.lost()).await;
     assert_eq!(
         lost.lost_reason(),
         Some(LostReason::MaxHoldExceeded),

@@ -86,6 +86,8 @@ impl Fixture for InProcess {
 pub struct SingleRedis {
     pub server: RedisServer,
     backend: Backend,
+    /// The settings the backend was built with, for more clients like it.
+    builder: BackendBuilder,
 }
 
 pub const PREFIX: &str = "t";
@@ -95,13 +97,10 @@ impl SingleRedis {
         format!("{PREFIX}:{{{key}}}")
     }
 
-    /// A second backend on the same server and prefix: a client with its own local queues,
-    /// as another process would have.
+    /// A second backend on the same server, with the same settings: a client with its own
+    /// connections and local queues, as another process would have.
     pub fn another_backend(&self) -> Backend {
-        Backend::builder(self.server.url())
-            .prefix(PREFIX)
-            .build()
-            .unwrap()
+        self.builder.clone().build().unwrap()
     }
 }
 
@@ -110,7 +109,8 @@ impl Fixture for SingleRedis {
         let server = RedisServer::start();
         let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
         SingleRedis {
-            backend: builder.build().expect("valid redis settings"),
+            backend: builder.clone().build().expect("valid redis settings"),
+            builder,
             server,
         }
     }
