@@ -7,7 +7,8 @@
 mod common;
 
 use common::{Fixture, SingleRedis};
-use distlock::{distributed_lock, Backend, KeyBuilder, Lock, LockError, LostReason, Registry};
+use distlock::{distributed_lock, KeyBuilder, Lock, LockError, LostReason, Registry};
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -40,17 +41,6 @@ fn serve(name: &'static str) -> SingleRedis {
         .register(name, fx.backend().clone())
         .unwrap();
     fx
-}
-
-/// Waits (event-driven: the release notification wakes the waiter) until `key` is free.
-async fn assert_released(backend: &Backend, key: &str) {
-    let guard = Lock::new(key)
-        .on(backend)
-        .wait(Duration::from_secs(2))
-        .acquire()
-        .await
-        .unwrap_or_else(|err| panic!("{key} was not released: {err}"));
-    guard.release().await.unwrap();
 }
 
 #[distributed_lock(key = "steps:<id>", lease = "150ms", backend = "checkpoint")]
@@ -142,23 +132,54 @@ async fn leave(how: &str) -> Result<u32, TestError> {
     Ok(0)
 }
 
+/// A subscription to `key`'s release notifications, made before the call that must release it
+/// ends. Expiry publishes nothing, so only a real release can satisfy it.
+async fn listen_for_release(fx: &SingleRedis, key: &str) -> redis::aio::PubSub {
+    let client = redis::Client::open(fx.server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub
+        .subscribe(format!("{}:released", SingleRedis::lock_key(key)))
+        .await
+        .unwrap();
+    pubsub
+}
+
+/// The release announced within 50 ms — far under the 300 ms TTL — and the key gone.
+async fn released_within_50ms(fx: &SingleRedis, mut pubsub: redis::aio::PubSub, key: &str) {
+    let limit = Duration::from_millis(50);
+    tokio::time::timeout(limit, pubsub.on_message().next())
+        .await
+        .unwrap_or_else(|_| panic!("{key} was not released within {limit:?} of the call's end"))
+        .expect("the notification stream ended");
+    assert_eq!(fx.pttl(key).await, None, "{key} still exists");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_out_of_the_body_releases() {
     let fx = serve("exits");
     let backend = fx.backend();
+    // `return`, `?` and the end of the body release before the call returns.
     assert_eq!(leave("return").await.unwrap(), 7);
-    assert_released(backend, "exit:return").await;
-
+    assert_eq!(
+        fx.pttl("exit:return").await,
+        None,
+        "released by the time it returned"
+    );
     assert!(matches!(
         leave("question-mark").await,
         Err(TestError::Domain("failed"))
     ));
-    assert_released(backend, "exit:question-mark").await;
+    assert_eq!(fx.pttl("exit:question-mark").await, None);
+    assert_eq!(leave("end").await.unwrap(), 0);
+    assert_eq!(fx.pttl("exit:end").await, None);
 
+    // A panic and a cancellation release in the background, one round trip later.
+    let listener = listen_for_release(&fx, "exit:panic").await;
     let panicked = tokio::spawn(leave("panic")).await.unwrap_err();
     assert!(panicked.is_panic());
-    assert_released(backend, "exit:panic").await;
+    released_within_50ms(&fx, listener, "exit:panic").await;
 
+    let listener = listen_for_release(&fx, "exit:hang").await;
     let hanging = tokio::spawn(leave("hang"));
     let deadline = Instant::now() + Duration::from_secs(5);
     while backend.inspect("exit:hang").await.unwrap().is_none() {
@@ -170,8 +191,14 @@ async fn every_way_out_of_the_body_releases() {
     }
     hanging.abort();
     assert!(hanging.await.unwrap_err().is_cancelled());
-    assert_released(backend, "exit:hang").await;
+    released_within_50ms(&fx, listener, "exit:hang").await;
     assert_eq!(distlock::__private::raw::watched_leases(backend), 0);
+    let stats = backend.stats();
+    assert_eq!(
+        (stats.released, stats.release_found_expired),
+        (5, 0),
+        "{stats:?}"
+    );
 }
 
 #[distributed_lock(key = "nested:<id>", backend = "nested")]
@@ -251,13 +278,25 @@ async fn multi_key_calls_in_opposite_orders_neither_deadlock_nor_lose_money() {
         assert_eq!(balances[&1], expected);
     }
 
-    // All or none: with account 2 held elsewhere, account 1 is not taken either.
+    // All or none: with account 2 held by another client, account 1 is taken, then given back
+    // when the server refuses account 2.
     let other = fx.another_backend();
     let held = Lock::new("account:2").on(&other).acquire().await.unwrap();
+    let before = fx.backend().stats();
     let err = transfer_now(1, 2).await.unwrap_err();
     assert!(
         matches!(err, TestError::Lock(LockError::Busy { ref key, .. }) if key == "account:2"),
         "{err:?}"
+    );
+    let after = fx.backend().stats();
+    assert_eq!(
+        (
+            after.acquired - before.acquired,
+            after.busy_replies - before.busy_replies,
+            after.released - before.released,
+        ),
+        (1, 1, 1),
+        "account:1 acquired, account:2 refused by the server, account:1 released"
     );
     assert_eq!(fx.backend().inspect("account:1").await.unwrap(), None);
     held.release().await.unwrap();
