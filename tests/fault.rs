@@ -6,6 +6,7 @@ mod common;
 use common::{Fixture, SingleRedis, PREFIX};
 use distlock::{Backend, Lock, LockError, LostReason, Released};
 use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
+use futures_util::StreamExt;
 use std::time::{Duration, Instant};
 
 /// A backend that talks to `server` through a fault proxy.
@@ -88,22 +89,119 @@ async fn a_lost_release_reply_leaves_no_lock_and_no_error() {
     );
 }
 
+/// A release request lost on its way — held by a partition, then its connection reset, so it
+/// never reached the server: the client cannot know that, retries on a new connection, and the
+/// key is free within a second, not after its 30 s TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_release_request_is_retried_and_frees_the_key_at_once() {
+    let server = RedisServer::start();
+    let (proxy, backend) =
+        through_proxy(&server, |b| b.response_timeout(Duration::from_millis(200))).await;
+    let guard = Lock::new("lost-request")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap();
+    let lock_key = SingleRedis::lock_key("lost-request");
+    proxy.blackhole(true);
+    let started = Instant::now();
+    let release = tokio::spawn(guard.release());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while proxy.requests_held() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the release request never reached the proxy"
+        );
+        tokio::task::yield_now().await;
+    }
+    // The request dies with its connection (the retry, on a new one, is held again).
+    proxy.reset_all();
+    assert_eq!(
+        server.command(&["EXISTS", &lock_key]),
+        Reply::Int(1),
+        "the lost request never ran"
+    );
+    proxy.blackhole(false);
+    let outcome = release.await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(outcome.unwrap(), Released::Released);
+    assert_eq!(server.command(&["EXISTS", &lock_key]), Reply::Int(0));
+    assert!(took < Duration::from_secs(1), "freed after {took:?}");
+}
+
+/// Three acquire replies lost in a row: the acquire gives up with an ambiguous error, and the
+/// lock the requests did take is released in the background with their owner token — within a
+/// second, not after the 30 s TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_lost_acquire_replies_leave_no_lock_behind() {
+    let server = RedisServer::start();
+    let (proxy, backend) = through_proxy(&server, |b| b).await;
+    // Listen on the server itself, past the proxy: only a release publishes here.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut releases = client.get_async_pubsub().await.unwrap();
+    releases
+        .subscribe(format!("{}:released", SingleRedis::lock_key("orphan")))
+        .await
+        .unwrap();
+    // A granted acquire answers `*2 :1 :<token>`; lose three of them.
+    for _ in 0..MAX_FAILED_ATTEMPTS {
+        proxy.drop_next_reply_matching(b"*2\r\n:1\r\n", true);
+    }
+    let started = Instant::now();
+    let err = Lock::new("orphan")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    let LockError::Backend(failure) = &err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert!(failure.is_ambiguous(), "{err}");
+    assert_eq!(proxy.dropped().await, MAX_FAILED_ATTEMPTS);
+    let left = Duration::from_secs(1).saturating_sub(started.elapsed());
+    tokio::time::timeout(left, releases.on_message().next())
+        .await
+        .expect("the orphaned lock was not released within 1 s")
+        .expect("the notification stream ended");
+    assert_eq!(
+        server.command(&["EXISTS", &SingleRedis::lock_key("orphan")]),
+        Reply::Int(0)
+    );
+    assert_eq!(backend.stats().background_releases, 1);
+}
+
+/// The acquire script gives up after this many failed round trips in a row.
+const MAX_FAILED_ATTEMPTS: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_work_again_after_the_server_restarts() {
     let mut fx = SingleRedis::start(|b| b);
-    Lock::new("before")
+    let before = Lock::new("restarted")
         .on(fx.backend())
-        .run(async {})
+        .run(async { distlock::fencing_token().unwrap() })
         .await
         .unwrap();
     fx.server.restart();
+    assert!(
+        fx.server
+            .command(&[
+                "GET",
+                &format!("{}:fence", SingleRedis::lock_key("restarted"))
+            ])
+            .is_nil(),
+        "the restart (no persistence) lost the fence counter"
+    );
     let backend = fx.backend().clone();
-    let guard = Lock::new("after")
+    let guard = Lock::new("restarted")
         .on(&backend)
         .acquire()
         .await
         .expect("reconnects and reloads the script");
-    assert!(guard.fencing_token() > 0);
+    assert!(
+        guard.fencing_token() > before,
+        "tokens keep increasing across a restart that lost the counter: {} after {before}",
+        guard.fencing_token()
+    );
     guard.release().await.unwrap();
 }
 

@@ -240,6 +240,12 @@ impl FaultProxy {
         self.faults.open_connections()
     }
 
+    /// Chunks of client requests the proxy has read but not (yet) written to
+    /// the server: held by a delay or the blackhole. A reset loses them.
+    pub fn requests_held(&self) -> usize {
+        self.faults.requests_held()
+    }
+
     /// Complete client commands forwarded to the server since the proxy
     /// started, e.g. to count round trips.
     pub fn commands_seen(&self) -> usize {

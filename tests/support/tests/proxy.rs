@@ -183,10 +183,12 @@ async fn blackhole_holds_traffic_until_lifted() {
         server.command(&["GET", "k"]).is_nil(),
         "the command reached the server"
     );
+    assert_eq!(proxy.requests_held(), 1, "the proxy holds the request");
 
     conn.0.set_read_timeout(Some(TIMEOUT)).unwrap();
     proxy.blackhole(false);
     assert_eq!(conn.read().unwrap(), Reply::Simple("OK".into()));
+    assert_eq!(proxy.requests_held(), 0);
     assert_eq!(
         server.command(&["GET", "k"]).as_str().as_deref(),
         Some("held")

@@ -9,6 +9,7 @@
 //! proxy lose exactly one reply.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,6 +95,8 @@ struct Pass {
 
 /// Per-direction treatment of the byte stream.
 trait Filter {
+    /// `true` for the client → server direction, whose held chunks are counted.
+    const REQUESTS: bool = false;
     fn filter(&mut self, chunk: Vec<u8>, faults: &Faults) -> Pass;
     /// Bytes still held when the sender closes.
     fn finish(&mut self) -> Vec<u8>;
@@ -109,6 +112,8 @@ struct RequestCounter {
 }
 
 impl Filter for RequestCounter {
+    const REQUESTS: bool = true;
+
     fn filter(&mut self, chunk: Vec<u8>, _faults: &Faults) -> Pass {
         let mut commands = 0;
         if !self.lost {
@@ -256,6 +261,13 @@ where
     F: Filter,
 {
     let (chunks, mut inbox) = mpsc::channel::<Chunk>(CHUNKS_IN_FLIGHT);
+    // Chunks read but not written when the connection ends are lost with it.
+    let held = HeldChunks {
+        faults,
+        count: F::REQUESTS,
+        chunks: AtomicIsize::new(0),
+    };
+    let held = &held;
     let read = async move {
         let mut buf = vec![0u8; READ_SIZE];
         loop {
@@ -264,6 +276,9 @@ where
                 arrived: Instant::now(),
                 bytes: buf[..n].to_vec(),
             };
+            if n > 0 {
+                held.add(1);
+            }
             // Dropping the sender on EOF is how the writer learns of it.
             if n == 0 || chunks.send(chunk).await.is_err() {
                 return Ok(());
@@ -279,6 +294,7 @@ where
             let _ = blackhole.wait_for(|&on| !on).await;
             let pass = filter.filter(chunk.bytes, faults);
             to.write_all(&pass.bytes).await.map_err(|_| Abort::Io)?;
+            held.add(-1);
             faults.add_commands(pass.commands);
             if pass.reset {
                 return Err(Abort::DroppedReply);
@@ -290,4 +306,30 @@ where
         to.shutdown().await.map_err(|_| Abort::Io)
     };
     tokio::try_join!(read, write).map(|_| ())
+}
+
+/// Counts the client chunks one connection holds, in [`Faults`]; gives the count back when the
+/// connection ends.
+struct HeldChunks<'a> {
+    faults: &'a Faults,
+    count: bool,
+    chunks: AtomicIsize,
+}
+
+impl HeldChunks<'_> {
+    fn add(&self, delta: isize) {
+        if self.count {
+            self.chunks.fetch_add(delta, Ordering::SeqCst);
+            self.faults.request_held(delta);
+        }
+    }
+}
+
+impl Drop for HeldChunks<'_> {
+    fn drop(&mut self) {
+        let chunks = *self.chunks.get_mut();
+        if self.count && chunks != 0 {
+            self.faults.request_held(-chunks);
+        }
+    }
 }

@@ -61,6 +61,9 @@ pub(super) struct Faults {
     armed: AtomicUsize,
     drops: watch::Sender<usize>,
     commands: AtomicUsize,
+    /// Client chunks read by the proxy and not yet written to the server (held by a delay or
+    /// the blackhole).
+    requests_held: AtomicUsize,
     connections: Mutex<Connections>,
     /// Signalled whenever a connection closes.
     connection_closed: Condvar,
@@ -102,6 +105,7 @@ impl Faults {
             armed: AtomicUsize::new(0),
             drops: watch::Sender::new(0),
             commands: AtomicUsize::new(0),
+            requests_held: AtomicUsize::new(0),
             connections: Mutex::default(),
             connection_closed: Condvar::new(),
         }
@@ -171,6 +175,21 @@ impl Faults {
 
     pub(super) fn commands(&self) -> usize {
         self.commands.load(Ordering::Relaxed)
+    }
+
+    /// A client chunk was read (`+1`) or written on to the server or lost (`-1`).
+    pub(super) fn request_held(&self, delta: isize) {
+        if delta >= 0 {
+            self.requests_held
+                .fetch_add(delta as usize, Ordering::SeqCst);
+        } else {
+            self.requests_held
+                .fetch_sub(delta.unsigned_abs(), Ordering::SeqCst);
+        }
+    }
+
+    pub(super) fn requests_held(&self) -> usize {
+        self.requests_held.load(Ordering::SeqCst)
     }
 
     pub(super) fn open_connection(self: &Arc<Self>) -> Ticket {
