@@ -39,11 +39,24 @@ fn backend(url: &str, watchdog: Duration) -> Backend {
         .unwrap()
 }
 
-/// Read-modify-write of a counter without atomic commands, under the lock, from several tasks.
+/// Read-modify-write of a counter without atomic commands, under the lock, from several tasks;
+/// each section appends this worker's index to a list, so the parent sees the interleaving.
 async fn contend(url: &str) {
     let backend = backend(url, Duration::from_secs(2));
     let client = redis::Client::open(url).unwrap();
     let fenced = std::sync::Arc::new(FencedStore::open(url).unwrap());
+    let me: u32 = std::env::var("WORKER_INDEX").unwrap().parse().unwrap();
+    // Connect and load the scripts before the start line, so every worker starts at once.
+    Lock::new(format!("warm-up-{me}"))
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    worker::report("ready", "");
+    let go = tokio::task::spawn_blocking(worker::read_line)
+        .await
+        .unwrap();
+    assert_eq!(go, "go");
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let backend = backend.clone();
@@ -62,6 +75,7 @@ async fn contend(url: &str) {
                         // Widen the window between read and write.
                         tokio::task::yield_now().await;
                         let _: () = redis.set("value", value + 1).await.unwrap();
+                        let _: i64 = redis.rpush("order", me).await.unwrap();
                         let token = distlock::fencing_token().unwrap();
                         let written = fenced
                             .write("fenced-value", token, (value + 1).to_string().as_bytes())
@@ -82,7 +96,10 @@ async fn contend(url: &str) {
         overlaps += o;
         rejected += r;
     }
-    worker::report("done", format!("{overlaps} {rejected}"));
+    worker::report(
+        "done",
+        format!("{overlaps} {rejected} {}", backend.stats().busy_replies),
+    );
 }
 
 /// Takes the lock, reports its token, and waits for the parent; then checks and writes.
@@ -100,7 +117,7 @@ async fn hold(url: &str) {
             assert_eq!(order, "go");
             let check = match distlock::checkpoint() {
                 Ok(()) => "held".to_owned(),
-                Err(err) => format!("lost: {err}"),
+                Err(err) => format!("lost {:?}", err.lost_reason()),
             };
             worker::report("checkpoint", check);
             let write = fenced
@@ -126,16 +143,30 @@ async fn take_over(backend: &Backend) -> distlock::LockGuard {
 #[test]
 fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
     let server = RedisServer::start();
-    let started = Instant::now();
     let mut workers: Vec<Worker> = (0..PROCESSES)
-        .map(|_| Worker::spawn("worker_entry", "contend", &[("REDIS_URL", server.url())]))
+        .map(|i| {
+            Worker::spawn(
+                "worker_entry",
+                "contend",
+                &[("REDIS_URL", server.url()), ("WORKER_INDEX", i.to_string())],
+            )
+        })
         .collect();
+    for worker in &workers {
+        worker.expect("ready", Duration::from_secs(30));
+    }
+    let started = Instant::now();
+    for worker in &mut workers {
+        worker.send("go");
+    }
     let (mut overlaps, mut rejected) = (0u64, 0u64);
+    let mut busy_replies = Vec::new();
     for worker in &workers {
         let done = worker.expect("done", Duration::from_secs(120));
         let mut figures = done.split(' ').map(|n| n.parse::<u64>().unwrap());
         overlaps += figures.next().unwrap();
         rejected += figures.next().unwrap();
+        busy_replies.push(figures.next().unwrap());
     }
     for worker in &mut workers {
         assert!(worker.wait().success());
@@ -148,14 +179,89 @@ fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
         .parse()
         .unwrap();
     let lost_updates = sections - value;
+    let order: Vec<String> = server
+        .command(&["LRANGE", "order", "0", "-1"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry.as_str().unwrap())
+        .collect();
+    let switches = order.windows(2).filter(|pair| pair[0] != pair[1]).count();
     eprintln!(
         "SAFETY contention: {PROCESSES} processes x {TASKS} tasks, {sections} sections in {:?}: \
-         {overlaps} overlaps, {lost_updates} lost updates, {rejected} fenced writes rejected",
+         {overlaps} overlaps, {lost_updates} lost updates, {rejected} fenced writes rejected; \
+         {switches} switches between processes; busy replies per process {busy_replies:?}",
         started.elapsed()
     );
+    // The figures below prove nothing unless the processes really contended.
+    assert_eq!(
+        order.len() as i64,
+        sections,
+        "every section recorded its process"
+    );
+    assert!(
+        switches >= sections as usize / 4,
+        "the processes barely interleaved ({switches} switches in {sections} sections)"
+    );
+    for (process, busy) in busy_replies.iter().enumerate() {
+        assert!(*busy > 0, "process {process} never found the lock busy");
+    }
     assert_eq!(overlaps, 0, "two holders were inside at once");
     assert_eq!(lost_updates, 0, "read-modify-write lost updates");
     assert_eq!(rejected, 0, "a current holder's fenced write was rejected");
+}
+
+/// The holder's lock on the server, as the parent sees it just before stopping or killing the
+/// holder: its fencing token, and when it will expire unless renewed.
+struct Observed {
+    token: u64,
+    expires_at: Instant,
+}
+
+fn observe_held(server: &RedisServer) -> Observed {
+    let read_at = Instant::now();
+    let replies = server.pipeline(&[
+        &["HGET", "safety:{held}", "fence"],
+        &["PTTL", "safety:{held}"],
+    ]);
+    let token = replies[0]
+        .as_str()
+        .expect("the holder's lock exists")
+        .parse()
+        .unwrap();
+    let pttl = replies[1].as_int().unwrap();
+    assert!(pttl > 0, "the holder's lock has a TTL: {pttl}");
+    let lease = Duration::from_millis(500);
+    assert!(
+        Duration::from_millis(pttl as u64) >= lease * 2 / 3 - distlock_drift(lease),
+        "the holder's watchdog keeps the lease renewed: PTTL {pttl} ms"
+    );
+    Observed {
+        token,
+        expires_at: read_at + Duration::from_millis(pttl as u64),
+    }
+}
+
+/// The margin distlock takes off every lease: 1% plus 2 ms.
+fn distlock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// A takeover may come only once the holder's lease has run out on the server (the PTTL read
+/// just before the holder stopped, less a millisecond of rounding), and soon after.
+fn assert_takeover_timing(observed: &Observed, stopped_at: Instant, taken_at: Instant) {
+    let rounding = Duration::from_millis(1);
+    assert!(
+        taken_at + rounding >= observed.expires_at,
+        "taken over {:?} before the holder's lease ran out: the lock did not exclude",
+        observed.expires_at - taken_at
+    );
+    let lease = Duration::from_millis(500);
+    assert!(
+        taken_at - stopped_at <= lease + Duration::from_millis(300),
+        "taken over only after {:?}",
+        taken_at - stopped_at
+    );
 }
 
 #[test]
@@ -166,21 +272,23 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
         .expect("acquired", Duration::from_secs(30))
         .parse()
         .unwrap();
+    let observed = observe_held(&server);
+    assert_eq!(observed.token, stale_token, "the worker holds the lock");
     holder.signal(libc::SIGSTOP);
     let stopped_at = Instant::now();
 
     let runtime = worker::runtime();
     let backend = backend(&server.url(), Duration::from_secs(5));
-    let (guard, taken_after) = runtime.block_on(async {
+    let (guard, taken_at) = runtime.block_on(async {
         let guard = take_over(&backend).await;
-        let taken_after = stopped_at.elapsed();
+        let taken_at = Instant::now();
         let fenced = FencedStore::open(&server.url()).unwrap();
         let written = fenced
             .write("resource", guard.fencing_token(), b"new holder")
             .await
             .unwrap();
         assert_eq!(written, FencedWrite::Applied);
-        (guard, taken_after)
+        (guard, taken_at)
     });
     let fresh_token = guard.fencing_token();
     assert!(fresh_token > stale_token);
@@ -192,12 +300,15 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
     assert!(holder.wait().success());
     runtime.block_on(guard.release()).unwrap();
     eprintln!(
-        "SAFETY pause: holder stopped past its 500ms lease; lock taken over after {taken_after:?}; \
-         on SIGCONT its checkpoint said `{checkpoint}`; its late write: {write}"
+        "SAFETY pause: holder stopped with {:?} left on its 500ms lease; lock taken over after \
+         {:?}; on SIGCONT its checkpoint said `{checkpoint}`; its late write: {write}",
+        observed.expires_at.saturating_duration_since(stopped_at),
+        taken_at - stopped_at
     );
-    assert!(
-        checkpoint.starts_with("lost"),
-        "checkpoint after the pause: {checkpoint}"
+    assert_takeover_timing(&observed, stopped_at, taken_at);
+    assert_eq!(
+        checkpoint, "lost Some(Expired)",
+        "the paused holder learns from its own clock that the lease ran out"
     );
     assert_eq!(
         write,
@@ -214,23 +325,29 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
 fn a_killed_holder_is_taken_over_within_its_lease() {
     let server = RedisServer::start();
     let mut holder = Worker::spawn("worker_entry", "hold", &[("REDIS_URL", server.url())]);
-    holder.expect("acquired", Duration::from_secs(30));
+    let token: u64 = holder
+        .expect("acquired", Duration::from_secs(30))
+        .parse()
+        .unwrap();
+    let observed = observe_held(&server);
+    assert_eq!(observed.token, token, "the worker holds the lock");
     holder.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     assert!(!holder.wait().success());
-    let takeover = worker::runtime().block_on(async {
+    let (taken_at, next_token) = worker::runtime().block_on(async {
         let backend = backend(&server.url(), Duration::from_secs(5));
         let guard = take_over(&backend).await;
-        let takeover = killed_at.elapsed();
+        let taken_at = Instant::now();
+        let next_token = guard.fencing_token();
         guard.release().await.unwrap();
-        takeover
+        (taken_at, next_token)
     });
     eprintln!(
-        "SAFETY kill: holder with a 500ms watchdog lease SIGKILLed; taken over after {takeover:?}"
+        "SAFETY kill: holder with a 500ms watchdog lease SIGKILLed with {:?} left on it; taken \
+         over after {:?}",
+        observed.expires_at.saturating_duration_since(killed_at),
+        taken_at - killed_at
     );
-    let lease = Duration::from_millis(500);
-    assert!(
-        takeover <= lease + Duration::from_millis(300),
-        "takeover took {takeover:?}"
-    );
+    assert_takeover_timing(&observed, killed_at, taken_at);
+    assert!(next_token > token, "the next holder's token is larger");
 }
