@@ -208,17 +208,18 @@ fn check_separators(pieces: &[Piece], problems: &mut Vec<Problem>) {
 /// The names a key template may refer to: the receiver and every name bound by a parameter pattern.
 pub(crate) struct Params {
     function: String,
-    receiver: bool,
+    /// The span of the `self` token, when the function has a receiver.
+    receiver: Option<Span>,
     names: Vec<Ident>,
 }
 
 impl Params {
     pub(crate) fn of(sig: &Signature) -> Params {
         let mut names = Vec::new();
-        let mut receiver = false;
+        let mut receiver = None;
         for input in &sig.inputs {
             match input {
-                FnArg::Receiver(_) => receiver = true,
+                FnArg::Receiver(found) => receiver = Some(found.self_token.span),
                 FnArg::Typed(typed) => bound_names(&typed.pat, &mut names),
             }
         }
@@ -235,7 +236,7 @@ impl Params {
 
     /// "`order`, `amount`", listing what a placeholder may start with.
     fn available(&self) -> String {
-        let receiver = self.receiver.then(|| "`self.<field>`".to_owned());
+        let receiver = self.receiver.map(|_| "`self.<field>`".to_owned());
         let names = self.names.iter().map(|name| format!("`{name}`"));
         let all: Vec<String> = receiver.into_iter().chain(names).collect();
         if all.is_empty() {
@@ -336,15 +337,18 @@ impl Template {
 
 fn resolve(path: &[String], span: Span, params: &Params) -> Result<Segment, String> {
     let placeholder = path.join(".");
+    // Every name is placed at the literal (for error messages) but resolved where the parameter
+    // was declared: a `macro_rules!` macro may declare the parameters while the template comes
+    // from its caller, whose hygiene could not see them.
     let root = if path[0] == "self" {
-        if !params.receiver {
+        let Some(receiver) = params.receiver else {
             return Err(format!(
                 "`<{placeholder}>` needs a `self` receiver, which `{}` does not have; {}",
                 params.function,
                 params.available(),
             ));
-        }
-        Ident::new("self", span)
+        };
+        Ident::new("self", span.resolved_at(receiver))
     } else {
         let Some(found) = params.find(&path[0]) else {
             return Err(format!(
@@ -354,7 +358,7 @@ fn resolve(path: &[String], span: Span, params: &Params) -> Result<Segment, Stri
             ));
         };
         let mut root = found.clone();
-        root.set_span(span);
+        root.set_span(span.resolved_at(found.span()));
         root
     };
     let fields = path[1..]
@@ -553,7 +557,7 @@ mod tests {
         ));
         let names: Vec<String> = params.names.iter().map(ToString::to_string).collect();
         assert_eq!(names, ["id", "a", "b", "user", "alias", "whole", "inner"]);
-        assert!(!params.receiver);
+        assert!(params.receiver.is_none());
     }
 
     fn check(item: &str, template: &str) -> Result<Template, String> {
