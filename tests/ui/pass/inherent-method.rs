@@ -1,9 +1,21 @@
 //! Methods: `&self`, `&mut self`, `self` and `self: Arc<Self>` receivers, `<self.field>` keys.
+//! Each call runs on the in-process backend and checks, inside its body, which key it holds.
 #![deny(warnings)]
 
 use std::sync::Arc;
 
-use distlock::{distributed_lock, LockError};
+use distlock::{distributed_lock, Backend, LockError, Registry};
+
+/// Inside a locked call: `key` is the lock this call holds.
+async fn assert_holds(key: &str) {
+    let backend = Registry::global().get("default").unwrap();
+    let holder = backend
+        .inspect(key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("the call does not hold `{key}`"));
+    assert_eq!(Some(holder.fencing_token), distlock::fencing_token());
+}
 
 #[derive(Debug)]
 pub struct AppError(pub LockError);
@@ -23,11 +35,13 @@ pub struct Account {
 impl Account {
     #[distributed_lock(key = "account:<self.tenant>:<self.id.1>")]
     pub async fn balance(&self) -> Result<u64, AppError> {
+        assert_holds("account:acme:2").await;
         Ok(self.balance)
     }
 
     #[distributed_lock(key = "account:<self.tenant>:<self.id.1>", wait = "1s")]
     pub async fn deposit(&mut self, amount: u64) -> Result<u64, AppError> {
+        assert_holds("account:acme:2").await;
         self.balance += amount;
         Ok(self.balance)
     }
@@ -35,18 +49,21 @@ impl Account {
     /// The key is rendered from a borrow before the body runs, so the body may consume `self`.
     #[distributed_lock(key = "account:<self.tenant>:<self.id.1>")]
     pub async fn close(self) -> Result<u64, AppError> {
+        assert_holds("account:acme:2").await;
         let Account { balance, .. } = self;
         Ok(balance)
     }
 
     #[distributed_lock(key = "account:<self.tenant>:<self.id.0>:<region>")]
     pub async fn shared(self: Arc<Self>, region: &str) -> Result<usize, AppError> {
+        assert_holds("account:acme:1:eu").await;
         Ok(self.tenant.len() + region.len())
     }
 
     /// An associated fn without a receiver names its parameters only.
     #[distributed_lock(key = "account:<tenant>")]
     pub async fn open(tenant: String) -> Result<Account, AppError> {
+        assert_holds("account:acme").await;
         Ok(Account {
             tenant,
             id: (0, 0),
@@ -56,21 +73,28 @@ impl Account {
 }
 
 fn main() {
-    let mut account = Account {
-        tenant: "acme".into(),
-        id: (1, 2),
-        balance: 3,
-    };
-    drop(account.balance());
-    drop(account.deposit(4));
-    drop(
-        Arc::new(Account {
+    Registry::global()
+        .register("default", Backend::in_process())
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut account = Account {
             tenant: "acme".into(),
             id: (1, 2),
             balance: 3,
-        })
-        .shared("eu"),
-    );
-    drop(account.close());
-    drop(Account::open("acme".into()));
+        };
+        assert_eq!(account.balance().await.unwrap(), 3);
+        assert_eq!(account.deposit(4).await.unwrap(), 7);
+        let shared = Arc::new(Account {
+            tenant: "acme".into(),
+            id: (1, 2),
+            balance: 3,
+        });
+        assert_eq!(shared.shared("eu").await.unwrap(), 6);
+        assert_eq!(account.close().await.unwrap(), 7);
+        assert_eq!(Account::open("acme".into()).await.unwrap().balance, 0);
+    });
 }

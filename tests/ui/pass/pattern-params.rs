@@ -1,7 +1,19 @@
-//! Names bound inside parameter patterns can be named by placeholders.
+//! Names bound inside parameter patterns can be named by placeholders. Each call runs on the
+//! in-process backend and checks, inside its body, which key it holds.
 #![deny(warnings)]
 
-use distlock::{distributed_lock, LockError};
+use distlock::{distributed_lock, Backend, LockError, Registry};
+
+/// Inside a locked call: `key` is the lock this call holds.
+async fn assert_holds(key: &str) {
+    let backend = Registry::global().get("default").unwrap();
+    let holder = backend
+        .inspect(key)
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("the call does not hold `{key}`"));
+    assert_eq!(Some(holder.fencing_token), distlock::fencing_token());
+}
 
 #[derive(Debug)]
 pub struct AppError(pub LockError);
@@ -24,11 +36,13 @@ pub struct Body {
 
 #[distributed_lock(key = "order:<id>")]
 pub async fn by_path(Path(id): Path<u64>) -> Result<u64, AppError> {
+    assert_holds("order:1").await;
     Ok(id)
 }
 
 #[distributed_lock(key = "cell:<a>:<b>")]
 pub async fn by_tuple((a, b): (u32, u32)) -> Result<u32, AppError> {
+    assert_holds("cell:1:2").await;
     Ok(a + b)
 }
 
@@ -37,25 +51,34 @@ pub async fn by_struct(
     Path(id): Path<u64>,
     Json(Body { user, amount, .. }): Json<Body>,
 ) -> Result<u64, AppError> {
+    assert_holds("user:u:1").await;
     Ok(id + amount + user.len() as u64)
 }
 
 #[distributed_lock(key = "wrapped:<inner>:<whole.0>")]
 pub async fn by_binding(whole @ Path(inner): Path<u32>) -> Result<u32, AppError> {
+    assert_holds("wrapped:3:3").await;
     let Path(again) = whole;
     Ok(inner + again)
 }
 
 fn main() {
-    drop(by_path(Path(1)));
-    drop(by_tuple((1, 2)));
-    drop(by_struct(
-        Path(1),
-        Json(Body {
+    Registry::global()
+        .register("default", Backend::in_process())
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert_eq!(by_path(Path(1)).await.unwrap(), 1);
+        assert_eq!(by_tuple((1, 2)).await.unwrap(), 3);
+        let body = Body {
             user: "u".into(),
             amount: 2,
             note: String::new(),
-        }),
-    ));
-    drop(by_binding(Path(3)));
+        };
+        assert_eq!(by_struct(Path(1), Json(body)).await.unwrap(), 4);
+        assert_eq!(by_binding(Path(3)).await.unwrap(), 6);
+    });
 }

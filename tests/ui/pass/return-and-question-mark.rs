@@ -52,22 +52,41 @@ pub async fn fence(id: u32) -> Result<Option<u64>, AppError> {
     Ok(distlock::fencing_token())
 }
 
+/// After a call: its lock is released (the in-process backend answers at once).
+async fn assert_released(key: &str) {
+    let backend = Registry::global().get("default").unwrap();
+    assert_eq!(
+        backend.inspect(key).await.unwrap(),
+        None,
+        "`{key}` is still held after the call returned"
+    );
+}
+
 fn main() {
+    let backend = Backend::in_process();
     Registry::global()
-        .register("default", Backend::in_process())
+        .register("default", backend.clone())
         .unwrap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
+        // The end of the body.
         assert_eq!(parse_small("4").await, Ok(8));
+        assert_released("parse:4").await;
         assert_eq!(parse_small("40").await, Ok(40));
+        assert_released("parse:40").await;
+        // `return Ok(…)` and `return Err(…)`.
         assert_eq!(parse_small("0").await, Ok(100));
+        assert_released("parse:0").await;
         assert_eq!(parse_small("400").await, Err(AppError::TooLarge));
+        assert_released("parse:400").await;
+        // `?` on a parse error.
         assert!(matches!(parse_small("x").await, Err(AppError::Parse(_))));
-        // Every early exit released its lock: the same key can be taken again at once.
-        assert_eq!(parse_small("4").await, Ok(8));
+        assert_released("parse:x").await;
+        let stats = backend.stats();
+        assert_eq!((stats.acquired, stats.released), (5, 5), "{stats:?}");
         assert!(fence(1).await.unwrap().is_some());
         assert!(!distlock::is_held());
     });
