@@ -25,6 +25,10 @@ pub(crate) fn current() -> Option<Arc<Frame>> {
     CURRENT.try_with(Arc::clone).ok()
 }
 
+/// Runs `body` with `frame` as the task's call context.
+///
+/// # Cancel safety
+/// Dropping the future drops `body` and the frame with it.
 pub(crate) async fn scope<F: Future>(frame: Arc<Frame>, body: F) -> F::Output {
     CURRENT.scope(frame, body).await
 }

@@ -135,6 +135,10 @@ impl LockGuard {
     }
 
     /// Runs `body` in the task-local context of this guard's keys, with the lost-lease policy.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the body; the guard, owned by the caller, releases when it is
+    /// dropped in turn.
     pub(crate) async fn run_body<F: Future>(
         &self,
         on_lost: OnLost,

@@ -176,6 +176,9 @@ impl HeldLease {
 
     /// Resolves when the lease is lost. Expiry is detected by the backend's watchdog, which keeps
     /// one timer for all leases.
+    ///
+    /// # Cancel safety
+    /// Only observes; dropping the future changes nothing.
     pub(crate) async fn lost(&self) -> LostReason {
         let mut receiver = self.lost.subscribe();
         let reason = receiver

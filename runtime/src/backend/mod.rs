@@ -81,6 +81,11 @@ pub(crate) struct StoreFailure {
 pub(crate) type StoreResult<T> = Result<T, StoreFailure>;
 
 /// One lock engine. Every operation is a single atomic step on the server (one script call).
+///
+/// # Cancel safety
+/// A future of these methods dropped after its request left may still have its effect on the
+/// server, exactly like a lost reply; callers treat both the same way (the acquire path
+/// releases with the owner token, the release path finishes in the background).
 pub(crate) trait Store: Send + Sync + 'static {
     /// Take `key` for `owner` with a TTL, or find it busy. Already held by `owner`: refresh the TTL
     /// and return the token issued the first time (idempotent retry).

@@ -54,6 +54,11 @@ impl Drop for Ticket<'_> {
 impl Gates {
     /// Waits for the key's turn, until `deadline` (`None`: forever). `None` when the deadline
     /// passed first.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the queue (the ticket's `Drop`). A turn handed over just before
+    /// the drop sits in the dropped channel and is dropped with it, which passes it on to the
+    /// next waiter: no turn is ever lost.
     pub(crate) async fn enter(
         self: &Arc<Self>,
         key: &str,

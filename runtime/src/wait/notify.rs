@@ -153,6 +153,10 @@ impl Channels {
 
 impl ReleaseWatch {
     /// Resolves at the next release announced after registration (or after the previous call).
+    ///
+    /// # Cancel safety
+    /// Dropping the future loses nothing: the generation it waited for stays unseen, and the
+    /// next call returns at once if it has moved.
     pub(crate) async fn released(&mut self) {
         // The sender lives as long as any registration, and we are one: `changed` cannot fail.
         let _ = self.receiver.changed().await;

@@ -127,6 +127,11 @@ impl RedisStore {
     }
 
     /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the command was written does not unsend it: the script may
+    /// still run. Callers that must know (acquire, release) keep what is needed to undo or
+    /// finish it — see `acquire.rs` and `release.rs`.
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         script: &LuaScript,
