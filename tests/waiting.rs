@@ -300,7 +300,13 @@ async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
         assert!(task.await.unwrap_err().is_cancelled());
     }
     assert_eq!(raw::local_waiters(&waiters), 0, "queue entries left");
-    assert_eq!(raw::local_keys(&waiters), 0, "a turn left behind");
+    // A contender cancelled with an acquire in flight hands its turn to the background release
+    // of that acquire, which passes it on one round trip later.
+    let deadline = Instant::now() + PROMPT;
+    while raw::local_keys(&waiters) != 0 {
+        assert!(Instant::now() < deadline, "a turn left behind");
+        tokio::task::yield_now().await;
+    }
     assert_eq!(
         raw::watched_channels(&waiters),
         0,
