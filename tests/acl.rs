@@ -4,9 +4,9 @@
 
 mod common;
 
-use common::PREFIX;
+use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
-use distlock::{Backend, Lease, Lock, LockError, LostReason, Released};
+use distlock::{Backend, Lease, Lock, LostReason, Released};
 use distlock_test_support::{RedisServer, Reply};
 use std::time::{Duration, Instant};
 
@@ -56,19 +56,7 @@ async fn a_least_privilege_user_can_do_every_operation() {
     let seen = holder.inspect("k").await.unwrap().expect("held");
     assert_eq!(seen.fencing_token, guard.fencing_token());
     // Wait on a notification.
-    let waiting = {
-        let waiter = waiter.clone();
-        tokio::spawn(async move {
-            let guard = Lock::new("k")
-                .on(&waiter)
-                .wait(Duration::from_secs(60))
-                .acquire()
-                .await?;
-            let acquired = Instant::now();
-            guard.release().await?;
-            Ok::<_, LockError>(acquired)
-        })
-    };
+    let waiting = spawn_waiter(&waiter, "k", Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(5);
     while subscribers(&server, &format!("{PREFIX}:{{k}}:released")) != 1 {
         assert!(Instant::now() < deadline, "the waiter could not subscribe");
@@ -159,9 +147,7 @@ async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    let LockError::Backend(failure) = &err else {
-        panic!("expected a backend error, got {err:?}")
-    };
+    let failure = certain_backend_failure(&err);
     assert_eq!(failure.operation(), "subscribe", "{err}");
     let text = err.to_string();
     assert!(text.to_lowercase().contains("noperm"), "{text}");

@@ -4,7 +4,7 @@
 mod common;
 
 use common::worker::{self, Worker};
-use common::{Fixture, InProcess, SingleRedis, PREFIX};
+use common::{spawn_waiter, Fixture, InProcess, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, Lock, LockError};
 use distlock_test_support::{FaultProxy, RedisServer, Reply};
@@ -39,22 +39,6 @@ async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// A waiter on its own backend (so it is not queued behind the holder's local turn).
-fn spawn_waiter(
-    backend: &Backend,
-    key: &str,
-    wait: Duration,
-) -> tokio::task::JoinHandle<Result<Instant, LockError>> {
-    let backend = backend.clone();
-    let key = key.to_owned();
-    tokio::spawn(async move {
-        let guard = Lock::new(key).on(&backend).wait(wait).acquire().await?;
-        let acquired = Instant::now();
-        guard.release().await?;
-        Ok(acquired)
-    })
 }
 
 /// A lock held on one client and a waiter on another that relies on notifications alone (its

@@ -4,9 +4,39 @@
 
 pub mod worker;
 
-use distlock::{Backend, BackendBuilder};
+use distlock::{Backend, BackendBuilder, Lock, LockError};
 use distlock_test_support::{RedisServer, Reply};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A task that waits up to `wait` for `key` on `backend`, releases it at once, and returns when
+/// it got it.
+pub fn spawn_waiter(
+    backend: &Backend,
+    key: &str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<Instant, LockError>> {
+    let backend = backend.clone();
+    let key = key.to_owned();
+    tokio::spawn(async move {
+        let guard = Lock::new(key).on(&backend).wait(wait).acquire().await?;
+        let acquired = Instant::now();
+        guard.release().await?;
+        Ok(acquired)
+    })
+}
+
+/// The backend failure inside `err`, which must be one and not ambiguous: the command surely
+/// did not run (a refused handshake, a refused permission).
+pub fn certain_backend_failure(err: &LockError) -> &distlock::BackendError {
+    let LockError::Backend(failure) = err else {
+        panic!("expected a backend error, got {err:?}")
+    };
+    assert!(
+        !failure.is_ambiguous(),
+        "the command cannot have run: {err}"
+    );
+    failure
+}
 
 /// A backend under test, with whatever process it needs.
 pub trait Fixture: Sized + Send + Sync + 'static {

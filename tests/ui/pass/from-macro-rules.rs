@@ -4,7 +4,7 @@
 //! parameters (and the receiver) the macro declares. Runs on the in-process backend.
 #![deny(warnings)]
 
-use distlock::{distributed_lock, Backend, LockError, Registry};
+use distlock::{distributed_lock, LockError};
 
 macro_rules! locked_counter {
     ($name:ident, $template:literal, $backend:expr) => {
@@ -35,16 +35,11 @@ macro_rules! locked_method {
 
 locked_method!("job:<self.id>:<step>");
 
+#[path = "../support/in_process.rs"]
+mod in_process;
+
 fn main() {
-    let backend = Backend::in_process();
-    Registry::global()
-        .register("macro-made", backend.clone())
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    in_process::run("macro-made", |backend| async move {
         assert_eq!(first(1).await.unwrap(), 1);
         assert_eq!(second(2).await.unwrap(), 2);
         assert_eq!(Job { id: 7 }.run(3).await.unwrap(), 10);

@@ -4,18 +4,11 @@
 
 use std::sync::Arc;
 
-use distlock::{distributed_lock, Backend, LockError, Registry};
+use distlock::{distributed_lock, LockError};
 
-/// Inside a locked call: `key` is the lock this call holds.
-async fn assert_holds(key: &str) {
-    let backend = Registry::global().get("default").unwrap();
-    let holder = backend
-        .inspect(key)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("the call does not hold `{key}`"));
-    assert_eq!(Some(holder.fencing_token), distlock::fencing_token());
-}
+#[path = "../support/in_process.rs"]
+mod in_process;
+use in_process::assert_holds;
 
 #[derive(Debug)]
 pub struct AppError(pub LockError);
@@ -73,14 +66,7 @@ impl Account {
 }
 
 fn main() {
-    Registry::global()
-        .register("default", Backend::in_process())
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    in_process::run("default", |_| async {
         let mut account = Account {
             tenant: "acme".into(),
             id: (1, 2),

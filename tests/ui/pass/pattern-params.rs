@@ -2,18 +2,11 @@
 //! in-process backend and checks, inside its body, which key it holds.
 #![deny(warnings)]
 
-use distlock::{distributed_lock, Backend, LockError, Registry};
+use distlock::{distributed_lock, LockError};
 
-/// Inside a locked call: `key` is the lock this call holds.
-async fn assert_holds(key: &str) {
-    let backend = Registry::global().get("default").unwrap();
-    let holder = backend
-        .inspect(key)
-        .await
-        .unwrap()
-        .unwrap_or_else(|| panic!("the call does not hold `{key}`"));
-    assert_eq!(Some(holder.fencing_token), distlock::fencing_token());
-}
+#[path = "../support/in_process.rs"]
+mod in_process;
+use in_process::assert_holds;
 
 #[derive(Debug)]
 pub struct AppError(pub LockError);
@@ -63,14 +56,7 @@ pub async fn by_binding(whole @ Path(inner): Path<u32>) -> Result<u32, AppError>
 }
 
 fn main() {
-    Registry::global()
-        .register("default", Backend::in_process())
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    in_process::run("default", |_| async {
         assert_eq!(by_path(Path(1)).await.unwrap(), 1);
         assert_eq!(by_tuple((1, 2)).await.unwrap(), 3);
         let body = Body {

@@ -2,7 +2,7 @@
 //! released), never the lock handling around it. Runs on the in-process backend, no Redis.
 #![deny(warnings)]
 
-use distlock::{distributed_lock, Backend, LockError, Registry};
+use distlock::{distributed_lock, LockError};
 
 #[derive(Debug, PartialEq)]
 pub enum AppError {
@@ -52,26 +52,12 @@ pub async fn fence(id: u32) -> Result<Option<u64>, AppError> {
     Ok(distlock::fencing_token())
 }
 
-/// After a call: its lock is released (the in-process backend answers at once).
-async fn assert_released(key: &str) {
-    let backend = Registry::global().get("default").unwrap();
-    assert_eq!(
-        backend.inspect(key).await.unwrap(),
-        None,
-        "`{key}` is still held after the call returned"
-    );
-}
+#[path = "../support/in_process.rs"]
+mod in_process;
+use in_process::assert_released;
 
 fn main() {
-    let backend = Backend::in_process();
-    Registry::global()
-        .register("default", backend.clone())
-        .unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    in_process::run("default", |backend| async move {
         // The end of the body.
         assert_eq!(parse_small("4").await, Ok(8));
         assert_released("parse:4").await;
