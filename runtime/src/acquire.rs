@@ -2,27 +2,24 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost.
 
-use crate::backend::{Acquired, Backend};
+use crate::backend::Backend;
+use crate::engine::Acquired;
+use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
-use crate::lease::HeldLease;
+use crate::lease::{HeldLease, Terms};
 use crate::owner::Owner;
+use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::release::release_in_background;
 use crate::stats::Stats;
 use crate::wait::{Backoff, Turn};
-use crate::LockError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
-/// Consecutive failed round trips (errors, not "busy") after which an acquire gives up.
-pub(crate) const MAX_FAILED_ATTEMPTS: u32 = 3;
-
 /// One key's acquisition, with the settings shared by all keys of one lock.
 pub(crate) struct Request<'a> {
     pub(crate) backend: &'a Backend,
-    pub(crate) ttl: Duration,
-    pub(crate) renewing: bool,
-    pub(crate) max_hold: Option<Duration>,
+    pub(crate) terms: Terms,
     pub(crate) started: Instant,
     /// End of the wait budget; `None` waits forever.
     pub(crate) deadline: Option<Instant>,
@@ -65,7 +62,7 @@ impl Request<'_> {
 
     async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
-        let store = &*inner.store;
+        let engine = &*inner.engine;
         // Made on the first busy reply: an uncontended acquire never reads the test hooks.
         let mut waiting: Option<(Backoff, TestHooks)> = None;
         let mut attempts = 0u32;
@@ -75,7 +72,9 @@ impl Request<'_> {
             attempts += 1;
             let sent_at = Instant::now();
             attempt.in_flight = true;
-            let outcome = store.acquire(&attempt.key, &attempt.owner, self.ttl).await;
+            let outcome = engine
+                .acquire(&attempt.key, &attempt.owner, self.terms.ttl)
+                .await;
             attempt.in_flight = false;
             let span = tracing::Span::current();
             span.record("attempts", attempts);
@@ -115,7 +114,7 @@ impl Request<'_> {
                         if !hooks.subscribe_delay.is_zero() {
                             tokio::time::sleep(hooks.subscribe_delay).await;
                         }
-                        let watch = store
+                        let watch = engine
                             .watch(&attempt.key)
                             .await
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
@@ -143,7 +142,14 @@ impl Request<'_> {
                         error = %failure.source,
                         "acquire round trip failed"
                     );
-                    if failed_in_a_row >= MAX_FAILED_ATTEMPTS {
+                    // A lost reply is retried at once with the same owner (it costs a round
+                    // trip, never a wait or a second token); a certain failure (refused,
+                    // unreachable) only while the wait budget lasts. Either way, at most
+                    // MAX_FAILED_ATTEMPTS in a row.
+                    let budget_spent = self.deadline.is_some_and(|at| Instant::now() >= at);
+                    if failed_in_a_row >= MAX_FAILED_ATTEMPTS
+                        || (!failure.ambiguous && budget_spent)
+                    {
                         // Dropping `attempt` releases whatever a lost reply may have taken.
                         return Err(self.backend.backend_error("acquire", failure));
                     }
@@ -185,14 +191,12 @@ impl<'a> Attempt<'a> {
     /// from now on.
     fn claim(mut self, request: &Request<'_>, fence: u64, sent_at: Instant) -> Arc<HeldLease> {
         let lease = HeldLease::new(
-            self.backend.clone(),
+            self.backend.inner.stats.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
             fence,
-            request.ttl,
-            request.renewing,
+            &request.terms,
             sent_at,
-            request.max_hold,
         );
         if let Some(turn) = self.turn.take() {
             lease.keep_turn(turn);
@@ -208,7 +212,7 @@ impl Drop for Attempt<'_> {
             return; // Nothing may be held: the turn passes on as it drops.
         }
         let lease = HeldLease::unconfirmed(
-            self.backend.clone(),
+            self.backend.inner.stats.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
             self.turn.take(),

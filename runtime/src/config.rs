@@ -1,7 +1,7 @@
 //! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`, `DISTLOCK_PREFIX`.
 
 use crate::backend::{Backend, MIN_LEASE};
-use crate::LockError;
+use crate::error::LockError;
 use std::time::Duration;
 
 /// Where the backend lives: `redis://…`, `rediss://…`, `unix://…` or `memory://`.
@@ -95,37 +95,9 @@ pub(crate) fn parse_watchdog_timeout(text: &str) -> Result<Duration, LockError> 
     Ok(duration)
 }
 
-/// The URL with any password replaced by `***`, for error messages and logs.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            if userinfo.contains(':') {
-                format!("{scheme}://{user}:***@{host}{path}")
-            } else {
-                format!("{scheme}://***@{host}{path}")
-            }
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://:hunter2@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact_url("redis://u:p@h"), "redis://u:***@h");
-        assert_eq!(redact_url("redis://token@h"), "redis://***@h");
-        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
-    }
 
     #[test]
     fn watchdog_timeouts() {

@@ -1,9 +1,9 @@
 //! Resource-side fencing: the check that makes a lock exact rather than approximately exclusive.
 
-use crate::backend::redis::{RedisConfig, RedisStore, Timeouts, TlsFiles};
+use crate::engines::redis::node::{Node, Timeouts};
+use crate::engines::redis::tls::TlsFiles;
+use crate::error::{BackendError, LockError};
 use crate::scripts::FENCED_SET;
-use crate::LockError;
-use std::time::Duration;
 
 /// A Redis-held resource that accepts a write only if the writer's fencing token is at least the
 /// highest token it has accepted.
@@ -31,7 +31,7 @@ use std::time::Duration;
 /// # Ok(()) }
 /// ```
 pub struct FencedStore {
-    store: RedisStore,
+    node: Node,
 }
 
 /// The outcome of a [`FencedStore::write`].
@@ -50,14 +50,7 @@ impl FencedStore {
     /// A fenced resource store on the Redis at `url` (connects lazily).
     pub fn open(url: &str) -> Result<Self, LockError> {
         Ok(FencedStore {
-            store: RedisStore::open(RedisConfig {
-                url,
-                prefix: "",
-                fence_counter_ttl: Duration::from_secs(1),
-                timeouts: Timeouts::default(),
-                tls: &TlsFiles::default(),
-                hooks: Default::default(),
-            })?,
+            node: Node::open(url, &TlsFiles::default(), Timeouts::default(), "")?,
         })
     }
 
@@ -74,11 +67,11 @@ impl FencedStore {
         value: &[u8],
     ) -> Result<FencedWrite, LockError> {
         let reply: Vec<u64> = self
-            .store
+            .node
             .invoke(&FENCED_SET, &[key], &[token.to_string().as_bytes(), value])
             .await
             .map_err(|failure| {
-                LockError::Backend(crate::BackendError::new(
+                LockError::Backend(BackendError::new(
                     "fenced",
                     "fenced write",
                     failure.ambiguous,
@@ -88,7 +81,7 @@ impl FencedStore {
         match reply.as_slice() {
             [1, _] => Ok(FencedWrite::Applied),
             [0, highest] => Ok(FencedWrite::Rejected { highest: *highest }),
-            other => Err(LockError::Backend(crate::BackendError::new(
+            other => Err(LockError::Backend(BackendError::new(
                 "fenced",
                 "fenced write",
                 false,

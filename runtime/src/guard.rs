@@ -2,25 +2,14 @@
 
 use crate::backend::Backend;
 use crate::context::{self, Frame};
+use crate::error::LockError;
 use crate::lease::HeldLease;
-use crate::release::{release_all, release_in_background};
+use crate::policy::OnLost;
+use crate::release::{release_all, release_in_background, Released};
 use crate::stats::Stats;
 use crate::watchdog::LeaseId;
-use crate::{LockError, OnLost};
 use std::future::Future;
 use std::sync::Arc;
-
-/// What a release found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Released {
-    /// The lock was ours and is now free.
-    Released,
-    /// The lock had already expired: for a while before the release, it protected nothing.
-    Expired,
-    /// Another owner held the key; it was left untouched.
-    TakenOver,
-}
 
 /// One key of a guard: its lease and its watchdog registration.
 pub(crate) struct Held {

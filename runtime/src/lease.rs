@@ -1,13 +1,12 @@
 //! A held lock: owner token, fencing token, local validity and the lost flag.
 
-use crate::backend::Backend;
+use crate::error::{LockError, LostReason};
 use crate::owner::Owner;
 use crate::stats::Stats;
 use crate::wait::Turn;
-use crate::{LockError, LostReason};
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -24,9 +23,22 @@ pub(crate) fn from_nanos(nanos: u64) -> Instant {
 }
 
 /// The margin subtracted from every validity window: clock-rate differences between this process
-/// and the server, plus scheduling slack (1% of the TTL + 2 ms, as in Redlock).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+/// and the server (`drift_factor` of the TTL, 1% by default) plus 2 ms of scheduling slack, as in
+/// Redlock.
+pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.mul_f64(drift_factor) + Duration::from_millis(2)
+}
+
+/// How a lease is granted: the same for every key of one lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub(crate) ttl: Duration,
+    /// Fraction of the TTL taken off for clock drift.
+    pub(crate) drift_factor: f64,
+    /// Renewed by the watchdog (`lease = "watchdog"`), or fixed.
+    pub(crate) renewing: bool,
+    /// `max_hold`: the watchdog renews only until this long after the request.
+    pub(crate) max_hold: Option<Duration>,
 }
 
 /// One key held by one call.
@@ -35,11 +47,14 @@ pub(crate) fn drift(ttl: Duration) -> Duration {
 /// forward only by confirmed renewals, measured from when the renewal was *sent*. Past it the lease
 /// is lost even if no reply ever came back, so a process that was paused wakes up knowing.
 pub(crate) struct HeldLease {
-    pub(crate) backend: Backend,
+    /// The backend's counters (lost leases are counted).
+    stats: Arc<Stats>,
     pub(crate) key: String,
     pub(crate) owner: Owner,
     pub(crate) fence: u64,
     pub(crate) ttl: Duration,
+    /// `ttl` less the drift margin: how long a grant or renewal stays valid after it was sent.
+    valid_for: Duration,
     /// Renewed by the watchdog (`lease = "watchdog"`), or fixed.
     pub(crate) renewing: bool,
     /// `max_hold`: the watchdog renews only until this instant.
@@ -52,26 +67,28 @@ pub(crate) struct HeldLease {
 }
 
 impl HeldLease {
-    #[allow(clippy::too_many_arguments)]
+    /// A lease granted for a request sent at `requested_at`, valid for `terms.ttl` less drift.
     pub(crate) fn new(
-        backend: Backend,
+        stats: Arc<Stats>,
         key: String,
         owner: Owner,
         fence: u64,
-        ttl: Duration,
-        renewing: bool,
+        terms: &Terms,
         requested_at: Instant,
-        max_hold: Option<Duration>,
     ) -> HeldLease {
+        let valid_for = terms
+            .ttl
+            .saturating_sub(drift(terms.ttl, terms.drift_factor));
         HeldLease {
-            backend,
+            stats,
             key,
             owner,
             fence,
-            ttl,
-            renewing,
-            renew_until: max_hold.map(|hold| requested_at + hold),
-            valid_until: AtomicU64::new(to_nanos(requested_at + ttl.saturating_sub(drift(ttl)))),
+            ttl: terms.ttl,
+            valid_for,
+            renewing: terms.renewing,
+            renew_until: terms.max_hold.map(|hold| requested_at + hold),
+            valid_until: AtomicU64::new(to_nanos(requested_at + valid_for)),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
         }
@@ -80,21 +97,18 @@ impl HeldLease {
     /// A lease whose acquire request was sent but never answered: the lock may or may not be
     /// held under `owner`. It exists only to be released (fencing token 0, never renewed).
     pub(crate) fn unconfirmed(
-        backend: Backend,
+        stats: Arc<Stats>,
         key: String,
         owner: Owner,
         turn: Option<Turn>,
     ) -> HeldLease {
-        let lease = HeldLease::new(
-            backend,
-            key,
-            owner,
-            0,
-            Duration::ZERO,
-            false,
-            Instant::now(),
-            None,
-        );
+        let terms = Terms {
+            ttl: Duration::ZERO,
+            drift_factor: 0.0,
+            renewing: false,
+            max_hold: None,
+        };
+        let lease = HeldLease::new(stats, key, owner, 0, &terms, Instant::now());
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
         lease
     }
@@ -120,7 +134,7 @@ impl HeldLease {
 
     /// A renewal sent at `sent_at` was confirmed by the server.
     pub(crate) fn renewed(&self, sent_at: Instant) {
-        let until = to_nanos(sent_at + self.ttl.saturating_sub(drift(self.ttl)));
+        let until = to_nanos(sent_at + self.valid_for);
         self.valid_until.fetch_max(until, Ordering::AcqRel);
     }
 
@@ -163,7 +177,7 @@ impl HeldLease {
         });
         if first {
             self.pass_turn();
-            Stats::bump(&self.backend.inner.stats.lost);
+            Stats::bump(&self.stats.lost);
             tracing::warn!(
                 target: "distlock::lost",
                 key = %self.key,

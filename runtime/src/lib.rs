@@ -56,6 +56,8 @@ mod backend;
 mod config;
 mod context;
 mod doctor;
+mod engine;
+mod engines;
 mod error;
 mod fenced;
 mod guard;
@@ -65,6 +67,7 @@ mod lease;
 mod lock;
 mod owner;
 mod policy;
+mod redact;
 mod registry;
 mod release;
 pub mod scripts;
@@ -77,19 +80,21 @@ mod watchdog;
 pub mod __private;
 
 pub use acl::redis_acl_rules;
-pub use backend::{Backend, BackendBuilder, Holder, MIN_LEASE};
+pub use backend::{Backend, BackendBuilder, MIN_LEASE};
 pub use config::{
     ENV_PREFIX, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE, ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
 };
 pub use context::{checkpoint, fencing_token, is_held};
 pub use doctor::Finding;
+pub use engine::Holder;
 pub use error::{BackendError, LockError, LostReason};
 pub use fenced::{FencedStore, FencedWrite};
-pub use guard::{LockGuard, Released};
+pub use guard::LockGuard;
 pub use key::KeyBuilder;
 pub use lock::Lock;
 pub use policy::{Lease, OnLost, Wait};
 pub use registry::{Registry, DEFAULT_BACKEND};
+pub use release::Released;
 pub use stats::{StatsSnapshot, WAIT_BUCKETS};
 
 /// # Example that runs

@@ -4,9 +4,11 @@
 use crate::acquire::Request;
 use crate::backend::{Backend, MIN_LEASE};
 use crate::context;
+use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
+use crate::lease::Terms;
+use crate::policy::{Lease, OnLost, Wait};
 use crate::registry::{Registry, DEFAULT_BACKEND};
-use crate::{Lease, LockError, OnLost, Wait};
 use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -245,9 +247,12 @@ impl Lock {
         for key in keys {
             let request = Request {
                 backend: &backend,
-                ttl,
-                renewing,
-                max_hold: self.max_hold,
+                terms: Terms {
+                    ttl,
+                    drift_factor: backend.inner.settings.drift_factor,
+                    renewing,
+                    max_hold: self.max_hold,
+                },
                 started,
                 deadline,
             };
@@ -261,10 +266,7 @@ impl Lock {
             };
             // No await between the acquire's reply and here: the lease is owned by the guard
             // (released on drop) the moment the acquire future returns.
-            let id = backend
-                .inner
-                .watchdog
-                .register(&backend.inner, lease.clone());
+            let id = backend.inner.watchdog.register(lease.clone());
             guard.push(Held { id, lease });
         }
         backend.inner.stats.record_wait(started.elapsed());

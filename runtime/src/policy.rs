@@ -35,3 +35,7 @@ pub enum OnLost {
     /// counted in [`StatsSnapshot::lost_ignored`](crate::StatsSnapshot::lost_ignored).
     Ignore,
 }
+
+/// Consecutive failed round trips (errors, not "busy") after which an acquire or a release gives
+/// up.
+pub(crate) const MAX_FAILED_ATTEMPTS: u32 = 3;

@@ -46,7 +46,8 @@ pub fn assert_from_lock_error<E: From<LockError>>() {}
 /// Raw store operations with caller-chosen owner tokens, for the conformance suite's ownership
 /// tests. Never use them in application code.
 pub mod raw {
-    use crate::backend::{Acquired, Backend, Ownership, Renewal};
+    use crate::backend::Backend;
+    use crate::engine::{Acquired, Ownership, Renewal};
     use crate::owner::Owner;
     use crate::LockError;
     use std::time::Duration;
@@ -76,7 +77,7 @@ pub mod raw {
         token: &str,
         ttl: Duration,
     ) -> Result<Option<u64>, LockError> {
-        match backend.inner.store.acquire(key, &owner(token), ttl).await {
+        match backend.inner.engine.acquire(key, &owner(token), ttl).await {
             Ok(Acquired::Yes { fence }) => Ok(Some(fence)),
             Ok(Acquired::Busy { .. }) => Ok(None),
             Err(failure) => Err(backend.backend_error("acquire", failure)),
@@ -87,7 +88,7 @@ pub mod raw {
     pub async fn release(backend: &Backend, key: &str, token: &str) -> Result<i8, LockError> {
         backend
             .inner
-            .store
+            .engine
             .release(key, &owner(token))
             .await
             .map(code)
@@ -109,10 +110,10 @@ pub mod raw {
         }];
         backend
             .inner
-            .store
+            .engine
             .renew(&batch)
             .await
-            .map(|answers| code(answers[0]))
+            .map(|answers| answers[0].map_or(0, code))
             .map_err(|failure| backend.backend_error("renew", failure))
     }
 
@@ -140,7 +141,7 @@ pub mod raw {
 
     /// Release-notification channels with a local watcher.
     pub fn watched_channels(backend: &Backend) -> usize {
-        backend.inner.store.watched_channels()
+        backend.inner.engine.watched_channels()
     }
 
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's

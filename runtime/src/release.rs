@@ -6,14 +6,27 @@
 //! Each key's local turn passes on only once the server has seen the key's release: the next
 //! local waiter then finds the key free instead of busy.
 
-use crate::acquire::MAX_FAILED_ATTEMPTS;
-use crate::backend::{Backend, Ownership};
+use crate::backend::Backend;
+use crate::engine::Ownership;
+use crate::error::LockError;
 use crate::lease::HeldLease;
+use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
-use crate::{LockError, Released};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tracing::Instrument;
+
+/// What a release found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Released {
+    /// The lock was ours and is now free.
+    Released,
+    /// The lock had already expired: for a while before the release, it protected nothing.
+    Expired,
+    /// Another owner held the key; it was left untouched.
+    TakenOver,
+}
 
 /// Releases every lease in order (the caller has already taken them out of the watchdog).
 /// A key that had expired or was taken over is reported in the result and in the stats, not as
@@ -165,7 +178,7 @@ async fn release_one(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let outcome = backend.inner.store.release(&lease.key, &lease.owner).await;
+            let outcome = backend.inner.engine.release(&lease.key, &lease.owner).await;
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,
                 // "ours" that it did and was just undone, "foreign" that someone else won.

@@ -6,14 +6,14 @@
 //! task exits when no lease is registered and is spawned again, on the current runtime, by the
 //! next registration.
 
-use crate::backend::{BackendInner, Ownership, Renewal};
+use crate::engine::{Engine, Ownership, Renewal};
+use crate::error::LostReason;
 use crate::lease::HeldLease;
 use crate::stats::Stats;
-use crate::LostReason;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::Instrument;
@@ -22,13 +22,16 @@ use tracing::Instrument;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct LeaseId(u64);
 
-#[derive(Default)]
+/// The watchdog of one backend: it knows the engine to renew with, never the backend handle.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
 struct Shared {
+    engine: Arc<dyn Engine>,
+    /// Most leases renewed by one engine call.
+    renew_batch: usize,
+    stats: Arc<Stats>,
     table: Mutex<Table>,
     /// Wakes the task when a lease is registered (its deadlines may be earlier than the timer's).
     wake: Notify,
@@ -59,7 +62,19 @@ fn retry_after(ttl: Duration) -> Duration {
 }
 
 impl Watchdog {
-    pub(crate) fn register(&self, backend: &Arc<BackendInner>, lease: Arc<HeldLease>) -> LeaseId {
+    pub(crate) fn new(engine: Arc<dyn Engine>, renew_batch: usize, stats: Arc<Stats>) -> Self {
+        Watchdog {
+            shared: Arc::new(Shared {
+                engine,
+                renew_batch,
+                stats,
+                table: Mutex::default(),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn register(&self, lease: Arc<HeldLease>) -> LeaseId {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.next_id += 1;
         let id = LeaseId(table.next_id);
@@ -84,11 +99,7 @@ impl Watchdog {
         if !running {
             let alive = Arc::new(AtomicBool::new(true));
             table.task_alive = Some(alive.clone());
-            tokio::spawn(run(
-                Arc::downgrade(backend),
-                self.shared.clone(),
-                AliveGuard(alive),
-            ));
+            tokio::spawn(run(self.shared.clone(), AliveGuard(alive)));
         }
         let wake = !running || table.next_look.is_none_or(|look| first_deadline < look);
         drop(table);
@@ -132,15 +143,13 @@ impl Drop for AliveGuard {
 struct BatchOutcome {
     sent_at: Instant,
     ids: Vec<LeaseId>,
-    answers: Option<Vec<Ownership>>,
+    /// `None`: the call failed; an answer of `None`: the engine could not decide for that lease.
+    answers: Option<Vec<Option<Ownership>>>,
 }
 
-async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuard) {
+async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
     let mut in_flight = FuturesUnordered::new();
     loop {
-        let Some(inner) = backend.upgrade() else {
-            return;
-        };
         let (due, wake_at) = {
             let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() && in_flight.is_empty() {
@@ -153,10 +162,9 @@ async fn run(backend: Weak<BackendInner>, shared: Arc<Shared>, _alive: AliveGuar
             table.next_look = wake_at;
             (due, wake_at)
         };
-        for batch in due.chunks(inner.settings.renew_batch) {
-            in_flight.push(renew(inner.clone(), batch.to_vec()));
+        for batch in due.chunks(shared.renew_batch) {
+            in_flight.push(renew(shared.clone(), batch.to_vec()));
         }
-        drop(inner);
         // Rescan when the timer fires, when a registration needs an earlier look, or when the
         // last batch of a round has answered — not after every batch: with thousands of leases a
         // scan per reply would make a period's cost grow with the square of the leases.
@@ -229,7 +237,7 @@ fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Opt
     (ripe, wake_at)
 }
 
-async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {
+async fn renew(shared: Arc<Shared>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {
     let sent_at = Instant::now();
     let items: Vec<Renewal<'_>> = batch
         .iter()
@@ -243,8 +251,8 @@ async fn renew(backend: Arc<BackendInner>, batch: Vec<(LeaseId, Arc<HeldLease>)>
     // The span wraps the future, so it is entered only while this future is polled: entered
     // across the await instead, every task polled on this thread meanwhile would log inside it.
     let answers = async {
-        Stats::bump(&backend.stats.renewal_calls);
-        match backend.store.renew(&items).await {
+        Stats::bump(&shared.stats.renewal_calls);
+        match shared.engine.renew(&items).await {
             Ok(answers) => Some(answers),
             Err(failure) => {
                 tracing::warn!(
@@ -278,10 +286,10 @@ fn apply(shared: &Shared, outcome: BatchOutcome) -> Option<Instant> {
         };
         entry.renewal_in_flight = false;
         let lease = &entry.lease;
-        match outcome.answers.as_ref().map(|answers| answers[i]) {
+        match outcome.answers.as_ref().and_then(|answers| answers[i]) {
             Some(Ownership::Ours) => {
                 lease.renewed(outcome.sent_at);
-                Stats::bump(&lease.backend.inner.stats.renewed);
+                Stats::bump(&shared.stats.renewed);
                 entry.next_renewal = outcome.sent_at + lease.ttl / 3;
             }
             Some(Ownership::Gone) => lease.mark_lost(LostReason::Gone),

@@ -1,16 +1,43 @@
 //! [`BackendBuilder`]: every setting of a backend, each with its default.
 
-use super::in_process::InProcessStore;
-use super::redis::{read_pem, RedisConfig, RedisStore, Timeouts, TlsFiles};
-use super::{Backend, BackendInner, Settings, Store, MIN_LEASE};
-use crate::config::redact_url;
+use super::handle::{Backend, Settings, MIN_LEASE};
+use crate::engine::Engine;
+use crate::engines::in_process::InProcessEngine;
+use crate::engines::redis::node::Timeouts;
+use crate::engines::redis::single::{RedisConfig, RedisEngine};
+use crate::engines::redis::tls::{read_pem, TlsFiles};
+use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::stats::Stats;
-use crate::watchdog::Watchdog;
-use crate::LockError;
+use crate::redact::redact_url;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+impl Backend {
+    /// A builder for a backend at `url`: `redis://host:port/db`, `rediss://…` (feature `tls`),
+    /// `redis+unix:///path` / `unix:///path`, or `memory://` for the in-process backend.
+    pub fn builder(url: impl Into<String>) -> BackendBuilder {
+        BackendBuilder::new(url.into())
+    }
+
+    /// The in-process backend: the same semantics as Redis (TTL expiry, ownership, fencing,
+    /// validity) inside this process, for demos and unit tests.
+    ///
+    /// ```
+    /// let backend = distlock::Backend::in_process();
+    /// # let _ = backend;
+    /// ```
+    pub fn in_process() -> Backend {
+        Backend::in_process_builder()
+            .build()
+            .expect("the default settings are valid")
+    }
+
+    /// A builder for the in-process backend, to adjust its settings.
+    pub fn in_process_builder() -> BackendBuilder {
+        BackendBuilder::new("memory://".into())
+    }
+}
 
 /// Configures a [`Backend`]. Every setter states its default; [`build`](Self::build) checks them
 /// all and names the first one that is wrong.
@@ -34,6 +61,7 @@ pub struct BackendBuilder {
     fence_counter_ttl: Duration,
     renew_batch: usize,
     max_backoff: Duration,
+    drift_factor: f64,
     timeouts: Timeouts,
     tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
@@ -51,6 +79,7 @@ impl std::fmt::Debug for BackendBuilder {
             .field("fence_counter_ttl", &self.fence_counter_ttl)
             .field("renew_batch", &self.renew_batch)
             .field("max_backoff", &self.max_backoff)
+            .field("clock_drift_factor", &self.drift_factor)
             .field("timeouts", &self.timeouts)
             .field("tls", &self.tls)
             .finish()
@@ -67,6 +96,7 @@ impl BackendBuilder {
             fence_counter_ttl: Duration::from_secs(3600),
             renew_batch: 256,
             max_backoff: Duration::from_millis(100),
+            drift_factor: 0.01,
             timeouts: Timeouts::default(),
             tls: TlsFiles::default(),
             tls_error: None,
@@ -111,6 +141,14 @@ impl BackendBuilder {
     /// delay a lost notification can add. Default 100 ms.
     pub fn max_backoff(mut self, delay: Duration) -> Self {
         self.max_backoff = delay;
+        self
+    }
+
+    /// The fraction of a lease taken off its validity for clock drift between this process and
+    /// the server(s) (plus 2 ms): a lease granted for TTL `t` is trusted for `t·(1 − f) − 2 ms`
+    /// from when it was requested. Default 0.01 (Redlock's); at most 0.5.
+    pub fn clock_drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
         self
     }
 
@@ -201,11 +239,20 @@ impl BackendBuilder {
                 "must be at least 1ms",
             ));
         }
+        if !(0.0..=0.5).contains(&self.drift_factor) {
+            return Err(LockError::invalid_config(
+                "clock_drift_factor",
+                format!(
+                    "is {}; it must be between 0 and 0.5 (0.01 is Redlock's)",
+                    self.drift_factor
+                ),
+            ));
+        }
         if let Some((setting, problem)) = self.tls_error {
             return Err(LockError::invalid_config(setting, problem));
         }
         let hooks = SharedHooks::default();
-        let (store, kind): (Arc<dyn Store>, &'static str) = match scheme(&self.url) {
+        let (engine, kind): (Arc<dyn Engine>, &'static str) = match scheme(&self.url) {
             Some("memory") if self.tls.ca.is_some() || self.tls.client.is_some() => {
                 return Err(LockError::invalid_config(
                     "tls",
@@ -213,9 +260,12 @@ impl BackendBuilder {
                      has no connection to secure; drop the TLS settings",
                 ))
             }
-            Some("memory") => (Arc::new(InProcessStore::new(self.fence_counter_ttl)), "in-process"),
+            Some("memory") => (
+                Arc::new(InProcessEngine::new(self.fence_counter_ttl)),
+                "in-process",
+            ),
             Some("redis" | "rediss" | "unix" | "redis+unix") => (
-                Arc::new(RedisStore::open(RedisConfig {
+                Arc::new(RedisEngine::open(RedisConfig {
                     url: &self.url,
                     prefix: &self.prefix,
                     fence_counter_ttl: self.fence_counter_ttl,
@@ -236,24 +286,15 @@ impl BackendBuilder {
                 ))
             }
         };
-        Ok(Backend {
-            inner: Arc::new(BackendInner {
-                name: OnceLock::new(),
-                settings: Settings {
-                    prefix: self.prefix,
-                    watchdog_timeout: self.watchdog_timeout,
-                    max_key_len: self.max_key_len,
-                    renew_batch: self.renew_batch,
-                    max_backoff: self.max_backoff,
-                },
-                store,
-                watchdog: Watchdog::default(),
-                stats: Stats::default(),
-                gates: Arc::default(),
-                hooks,
-                kind,
-            }),
-        })
+        let settings = Settings {
+            prefix: self.prefix,
+            watchdog_timeout: self.watchdog_timeout,
+            max_key_len: self.max_key_len,
+            renew_batch: self.renew_batch,
+            max_backoff: self.max_backoff,
+            drift_factor: self.drift_factor,
+        };
+        Ok(Backend::assemble(engine, settings, hooks, kind))
     }
 }
 

@@ -3,32 +3,36 @@
 //! release after its registration wakes it, however late it starts waiting.
 //!
 //! A subscription is confirmed *on a link*: each notification connection gets a new epoch, and a
-//! confirmation counts only while its epoch is the live one. A connection that dies between the
-//! server's SUBSCRIBE reply and the local confirmation therefore leaves the channel unconfirmed,
-//! and its waiter subscribes again on the next connection instead of trusting a dead one.
+//! confirmation counts only while its link is up. A connection that dies between the server's
+//! SUBSCRIBE reply and the local confirmation therefore leaves the channel unconfirmed, and its
+//! waiter subscribes again on the next connection instead of trusting a dead one. Engines with
+//! several servers (Redlock) share one table over several links and need confirmations on
+//! enough of them to be told of any release.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// The channels local waiters watch, and how many waiters each has.
-#[derive(Default)]
 pub(crate) struct Channels {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    /// The epoch of the notification connection that is up, if one is.
-    live_link: Option<u64>,
+    /// The epochs of the notification connections that are up.
+    live_links: HashSet<u64>,
+    /// The next link's epoch.
+    next_link: u64,
+    /// Confirmations on distinct live links a subscription needs to count as confirmed.
+    needed: usize,
 }
 
 struct Entry {
     generation: watch::Sender<u64>,
     watchers: usize,
-    /// The link on which the server confirmed the subscription.
-    confirmed_on: Option<u64>,
+    /// The links on which the server confirmed the subscription (dead ones are pruned).
+    confirmed_on: Vec<u64>,
 }
 
 /// Tables at least this large are shrunk once they are three-quarters empty, so memory returns
@@ -56,11 +60,33 @@ impl std::fmt::Debug for ReleaseWatch {
 }
 
 impl Channels {
-    /// Channels whose notifications are delivered in-process: always live, on link 0.
+    /// A table whose subscriptions count as confirmed once `needed` distinct live links
+    /// confirmed them (1 for one server; Redlock over N masters with quorum Q needs N − Q + 1,
+    /// so that every quorum of a releasing holder includes a subscribed master).
+    pub(crate) fn needing(needed: usize) -> Self {
+        Channels {
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                live_links: HashSet::new(),
+                next_link: 0,
+                needed,
+            }),
+        }
+    }
+
+    /// Channels whose notifications are delivered in-process: one link, always up (epoch 0).
     pub(crate) fn in_process() -> Self {
-        let channels = Channels::default();
-        channels.link_up(0);
+        let channels = Channels::needing(1);
+        let link = channels.new_link();
+        channels.link_up(link);
         channels
+    }
+
+    /// An epoch for a new notification connection.
+    pub(crate) fn new_link(&self) -> u64 {
+        let mut state = self.lock();
+        state.next_link += 1;
+        state.next_link - 1
     }
 
     /// Registers a waiter; the returned watch fires on every notification from now on.
@@ -76,7 +102,7 @@ impl Channels {
             .or_insert_with(|| Entry {
                 generation: watch::Sender::new(0),
                 watchers: 0,
-                confirmed_on: None,
+                confirmed_on: Vec::new(),
             });
         entry.watchers += 1;
         ReleaseWatch {
@@ -97,16 +123,14 @@ impl Channels {
 
     /// A notification connection with this epoch is up.
     pub(crate) fn link_up(&self, epoch: u64) {
-        self.lock().live_link = Some(epoch);
+        self.lock().live_links.insert(epoch);
     }
 
     /// The notification connection with this epoch broke: messages may have been lost, so every
     /// waiter re-checks (and, its confirmation being on a dead link, subscribes again).
     pub(crate) fn link_lost(&self, epoch: u64) {
         let mut state = self.lock();
-        if state.live_link == Some(epoch) {
-            state.live_link = None;
-        }
+        state.live_links.remove(&epoch);
         for entry in state.entries.values() {
             entry.generation.send_modify(|generation| *generation += 1);
         }
@@ -115,8 +139,17 @@ impl Channels {
     /// The server confirmed the subscription to `channel` on the link with this epoch. Whether
     /// that link is still up is decided when the confirmation is read ([`ReleaseWatch::is_confirmed`]).
     pub(crate) fn confirm(&self, channel: &str, epoch: u64) {
-        if let Some(entry) = self.lock().entries.get_mut(channel) {
-            entry.confirmed_on = Some(epoch);
+        let mut state = self.lock();
+        let State {
+            entries,
+            live_links,
+            ..
+        } = &mut *state;
+        if let Some(entry) = entries.get_mut(channel) {
+            entry.confirmed_on.retain(|link| live_links.contains(link));
+            if !entry.confirmed_on.contains(&epoch) {
+                entry.confirmed_on.push(epoch);
+            }
         }
     }
 
@@ -162,16 +195,19 @@ impl ReleaseWatch {
         let _ = self.receiver.changed().await;
     }
 
-    /// `true` while the subscription is confirmed on the notification connection that is up
-    /// now; `false` once that connection broke (or if it broke before the confirmation was
+    /// `true` while the subscription is confirmed on enough notification connections that are
+    /// up now; `false` once one of them broke (or if it broke before the confirmation was
     /// recorded): the waiter must subscribe again before it can rely on notifications.
     pub(crate) fn is_confirmed(&self) -> bool {
         let state = self.channels.lock();
-        let confirmed_on = state
-            .entries
-            .get(&self.channel)
-            .and_then(|entry| entry.confirmed_on);
-        confirmed_on.is_some() && confirmed_on == state.live_link
+        let live = state.entries.get(&self.channel).map_or(0, |entry| {
+            entry
+                .confirmed_on
+                .iter()
+                .filter(|link| state.live_links.contains(link))
+                .count()
+        });
+        live >= state.needed
     }
 }
 

@@ -2,7 +2,7 @@
 //! credentials, an untrusted TLS certificate. The server's own words stay in the message; the
 //! advice is added after them.
 
-use crate::backend::StoreFailure;
+use crate::engine::EngineFailure;
 use std::fmt;
 
 /// A Redis error with the advice that fixes its cause.
@@ -27,7 +27,7 @@ impl std::error::Error for Diagnosed {
 /// What a failed command means for the lock: whether it may have run although no reply was read
 /// (a timeout, or a connection that broke after the request was written), and advice for the
 /// causes a user can fix.
-pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> StoreFailure {
+pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> EngineFailure {
     let advice = advice(&err, prefix);
     // A TLS handshake that failed never carried the command.
     let handshake_failed = matches!(advice, Some(Advice::Tls(_)));
@@ -41,7 +41,7 @@ pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> StoreFailure {
         }
         None => Box::new(err),
     };
-    StoreFailure { ambiguous, source }
+    EngineFailure { ambiguous, source }
 }
 
 enum Advice {

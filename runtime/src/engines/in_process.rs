@@ -6,7 +6,7 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
-use super::{Acquired, Holder, Ownership, Renewal, Store, StoreResult};
+use crate::engine::{Acquired, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub(crate) struct InProcessStore {
+pub(crate) struct InProcessEngine {
     state: Mutex<State>,
     fence_counter_ttl: Duration,
     /// Release notifications for local waiters, by key.
@@ -44,9 +44,9 @@ struct Entry {
 /// Expired, never-released locks are removed every this many operations.
 const SWEEP_EVERY: usize = 1024;
 
-impl InProcessStore {
+impl InProcessEngine {
     pub(crate) fn new(fence_counter_ttl: Duration) -> Self {
-        InProcessStore {
+        InProcessEngine {
             state: Mutex::new(State::default()),
             fence_counter_ttl,
             channels: Arc::new(Channels::in_process()),
@@ -143,13 +143,13 @@ fn unix_micros() -> u64 {
         .map_or(0, |since| since.as_micros() as u64)
 }
 
-impl Store for InProcessStore {
+impl Engine for InProcessEngine {
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
-    ) -> BoxFuture<'a, StoreResult<Acquired>> {
+    ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(future::ready(Ok(self.acquire_now(key, owner, ttl))))
     }
 
@@ -157,7 +157,7 @@ impl Store for InProcessStore {
         &'a self,
         key: &'a str,
         owner: &'a Owner,
-    ) -> BoxFuture<'a, StoreResult<Ownership>> {
+    ) -> BoxFuture<'a, EngineResult<Ownership>> {
         let outcome = self.with_state(|state, now| {
             let outcome = Self::ownership(state, key, owner, now);
             if outcome == Ownership::Ours {
@@ -171,7 +171,10 @@ impl Store for InProcessStore {
         Box::pin(future::ready(Ok(outcome)))
     }
 
-    fn renew<'a>(&'a self, batch: &'a [Renewal<'a>]) -> BoxFuture<'a, StoreResult<Vec<Ownership>>> {
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal<'a>],
+    ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
         let answers = self.with_state(|state, now| {
             batch
                 .iter()
@@ -182,14 +185,14 @@ impl Store for InProcessStore {
                             entry.expires_at = now + item.ttl;
                         }
                     }
-                    outcome
+                    Some(outcome)
                 })
                 .collect()
         });
         Box::pin(future::ready(Ok(answers)))
     }
 
-    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<Option<Holder>>> {
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
         let holder = self.with_state(|state, now| {
             Self::live(state, key, now).map(|entry| Holder {
                 owner: entry.owner.as_str().to_owned(),
@@ -200,9 +203,9 @@ impl Store for InProcessStore {
         Box::pin(future::ready(Ok(holder)))
     }
 
-    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, StoreResult<ReleaseWatch>> {
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>> {
         // Releases notify under no lock of the waiter's, and registration is immediate: in force
-        // as soon as it returns, on the one in-process link.
+        // as soon as it returns, on the one in-process link (epoch 0).
         let watch = self.channels.register(key, None);
         self.channels.confirm(key, 0);
         Box::pin(future::ready(Ok(watch)))
@@ -212,7 +215,7 @@ impl Store for InProcessStore {
         self.channels.watched()
     }
 
-    fn doctor(&self) -> BoxFuture<'_, StoreResult<Vec<crate::Finding>>> {
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<crate::Finding>>> {
         // Nothing to configure: the map lives and dies with the process, as documented.
         Box::pin(future::ready(Ok(Vec::new())))
     }
@@ -224,7 +227,7 @@ mod tests {
 
     #[test]
     fn fence_counters_are_forgotten_without_walking_them_all() {
-        let store = InProcessStore::new(Duration::from_millis(1));
+        let store = InProcessEngine::new(Duration::from_millis(1));
         for i in 0..1_000 {
             let owner = Owner::random();
             let key = format!("k{i}");

@@ -2,8 +2,8 @@
 //! (`tls-auth-clients yes`), the client's own certificate. Without a CA the platform's web PKI
 //! roots are trusted.
 
-use crate::config::redact_url;
-use crate::LockError;
+use crate::error::LockError;
+use crate::redact::redact_url;
 use std::fmt;
 use std::path::Path;
 

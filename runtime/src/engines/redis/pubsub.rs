@@ -5,11 +5,11 @@
 //!
 //! Every connection has an epoch, and a subscription is confirmed with the epoch of the
 //! connection that carried it (see [`Channels`]): a confirmation recorded after its connection
-//! died counts for nothing.
+//! died counts for nothing. Several subscribers (one per Redlock master) can share one table.
 
 use super::diagnose;
-use super::Timeouts;
-use crate::backend::{StoreFailure, StoreResult};
+use super::node::Timeouts;
+use crate::engine::{EngineFailure, EngineResult};
 use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use futures_util::StreamExt;
@@ -32,8 +32,6 @@ pub(crate) struct Subscriber {
 #[derive(Default)]
 struct Links {
     current: Option<Link>,
-    /// Connections opened so far: the next one's epoch.
-    opened: u64,
 }
 
 struct Link {
@@ -81,28 +79,34 @@ impl Subscriber {
         timeouts: Timeouts,
         prefix: &str,
         hooks: SharedHooks,
+        channels: Arc<Channels>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Subscriber {
             client,
             timeouts,
             prefix: prefix.to_owned(),
             hooks,
-            channels: Arc::default(),
+            channels,
             link: tokio::sync::Mutex::default(),
             me: me.clone(),
         })
     }
 
-    /// Registers a waiter for `channel` and returns once the server confirmed the subscription.
-    /// If it cannot be confirmed for a transient reason, the watch still works as a
-    /// registration and the waiter's backoff carries it until it subscribes again; if the
-    /// server refuses the subscription, that is the error.
+    /// Registers a waiter for `channel`, to be told of every release from now on; the last
+    /// waiter out unsubscribes.
+    pub(crate) fn register(&self, channel: &str) -> ReleaseWatch {
+        self.channels.register(channel, Some(self.on_idle()))
+    }
+
+    /// Subscribes to `channel` and, once the server confirmed it, records the confirmation on
+    /// this connection's epoch. A transient failure (timeout, broken connection) leaves the
+    /// subscription unconfirmed — the waiter's backoff carries it until it subscribes again; a
+    /// server that refuses the subscription is the error.
     ///
     /// # Cancel safety
-    /// Dropping this future drops the registration; the last waiter out of a channel
-    /// unsubscribes it in the background.
-    pub(crate) async fn watch(&self, channel: &str) -> StoreResult<ReleaseWatch> {
-        let watch = self.channels.register(channel, Some(self.on_idle()));
+    /// Dropping the future after the SUBSCRIBE was sent leaves the server subscribed until the
+    /// channel's last local waiter leaves, which unsubscribes (in order, after the SUBSCRIBE).
+    pub(crate) async fn subscribe_and_confirm(&self, channel: &str) -> EngineResult<()> {
         match self.subscribe(channel).await {
             Ok(epoch) => {
                 let delay = hooks::read(&self.hooks).confirm_delay;
@@ -110,21 +114,22 @@ impl Subscriber {
                     tokio::time::sleep(delay).await;
                 }
                 self.channels.confirm(channel, epoch);
+                Ok(())
             }
-            Err(Failure::Transient(err)) => tracing::debug!(
-                target: "distlock::wait",
-                channel,
-                error = %err,
-                "release notifications unavailable for now; waiting on backoff until the next subscription"
-            ),
-            Err(Failure::Permanent(err)) => {
-                return Err(StoreFailure {
-                    ambiguous: false,
-                    ..diagnose::failure(err, &self.prefix)
-                })
+            Err(Failure::Transient(err)) => {
+                tracing::debug!(
+                    target: "distlock::wait",
+                    channel,
+                    error = %err,
+                    "release notifications unavailable for now; waiting on backoff until the next subscription"
+                );
+                Ok(())
             }
+            Err(Failure::Permanent(err)) => Err(EngineFailure {
+                ambiguous: false,
+                ..diagnose::failure(err, &self.prefix)
+            }),
         }
-        Ok(watch)
     }
 
     /// Channels with at least one local waiter.
@@ -167,8 +172,7 @@ impl Subscriber {
         let pubsub =
             tokio::time::timeout(self.timeouts.connect, self.client.get_async_pubsub()).await??;
         let (sink, mut stream) = pubsub.split();
-        links.opened += 1;
-        let epoch = links.opened;
+        let epoch = self.channels.new_link();
         let alive = Arc::new(AtomicBool::new(true));
         let flag = AliveFlag(alive.clone());
         let channels = self.channels.clone();
@@ -190,7 +194,8 @@ impl Subscriber {
         Ok((sink, epoch))
     }
 
-    fn on_idle(&self) -> OnIdleHook {
+    /// What the channel's last local waiter calls on leaving: an UNSUBSCRIBE in the background.
+    pub(crate) fn on_idle(&self) -> OnIdleHook {
         let me = self.me.clone();
         Arc::new(move |channel| {
             let (Some(me), Ok(runtime)) = (me.upgrade(), tokio::runtime::Handle::try_current())

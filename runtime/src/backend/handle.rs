@@ -1,0 +1,177 @@
+//! [`Backend`]: the cheap, cloneable handle users register — an engine with the machinery every
+//! engine shares (the watchdog, the local queues, stats, settings).
+
+use crate::engine::{Engine, EngineFailure, Holder};
+use crate::hooks::SharedHooks;
+use crate::stats::{Stats, StatsSnapshot};
+use crate::wait::Gates;
+use crate::watchdog::Watchdog;
+use crate::{BackendError, Finding, LockError};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Settings shared by every backend kind; each builder setter documents its default.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) prefix: String,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) max_key_len: usize,
+    pub(crate) renew_batch: usize,
+    pub(crate) max_backoff: Duration,
+    /// Fraction of a lease's TTL taken off its validity for clock drift.
+    pub(crate) drift_factor: f64,
+}
+
+/// The smallest lease the library accepts: below it, clock drift and one round trip eat the lease.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// A configured lock backend: a cheap `Clone` handle.
+///
+/// Build one with [`Backend::builder`] (or [`Backend::in_process`], [`Backend::redlock`]), then either register it by
+/// name in the [`Registry`](crate::Registry) (what annotated functions use) or hand it to
+/// [`Lock::on`](crate::Lock::on).
+///
+/// # Behavior
+/// - Connections are opened lazily on first use, inside the tokio runtime that uses the backend,
+///   and reopened by themselves after a failure; a command in flight during a reconnect fails with
+///   a [`LockError::Backend`] that the acquire path retries.
+/// - One watchdog task per backend renews every live watchdog lease in batched script calls.
+///
+/// ```
+/// use distlock::Backend;
+/// use std::time::Duration;
+///
+/// let backend = Backend::builder("redis://127.0.0.1:6379")
+///     .prefix("billing")
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .build()
+///     .expect("a valid URL");
+/// assert_eq!(backend.prefix(), "billing");
+/// ```
+#[derive(Clone)]
+pub struct Backend {
+    pub(crate) inner: Arc<BackendInner>,
+}
+
+pub(crate) struct BackendInner {
+    pub(crate) name: OnceLock<String>,
+    pub(crate) settings: Settings,
+    pub(crate) engine: Arc<dyn Engine>,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) gates: Arc<Gates>,
+    pub(crate) hooks: SharedHooks,
+    pub(crate) kind: &'static str,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.name())
+            .field("kind", &self.inner.kind)
+            .field("prefix", &self.inner.settings.prefix)
+            .finish()
+    }
+}
+
+impl Backend {
+    /// Hands `engine` to a new backend: the watchdog, local queues and stats every engine
+    /// shares, around it.
+    pub(crate) fn assemble(
+        engine: Arc<dyn Engine>,
+        settings: Settings,
+        hooks: SharedHooks,
+        kind: &'static str,
+    ) -> Backend {
+        let stats = Arc::new(Stats::default());
+        Backend {
+            inner: Arc::new(BackendInner {
+                name: OnceLock::new(),
+                watchdog: Watchdog::new(engine.clone(), settings.renew_batch, stats.clone()),
+                settings,
+                engine,
+                stats,
+                gates: Arc::default(),
+                hooks,
+                kind,
+            }),
+        }
+    }
+
+    /// The registry name, or `"unregistered"` for a backend used only through [`Lock::on`](crate::Lock::on).
+    pub fn name(&self) -> &str {
+        self.inner.name.get().map_or("unregistered", String::as_str)
+    }
+
+    /// The key namespace of this backend.
+    pub fn prefix(&self) -> &str {
+        &self.inner.settings.prefix
+    }
+
+    /// The TTL of watchdog leases (renewed every third of it).
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.settings.watchdog_timeout
+    }
+
+    /// Counters since start-up: acquisitions, busy results, lost leases, renewals, wait times.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// Who holds `key` (a key as the lock was given it, before prefixing), for how long, with which
+    /// token; `None` when it is free.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
+    pub async fn inspect(&self, key: &str) -> Result<Option<Holder>, LockError> {
+        crate::key::validate(key, self.inner.settings.max_key_len)?;
+        self.inner
+            .engine
+            .inspect(key)
+            .await
+            .map_err(|failure| self.backend_error("inspect", failure))
+    }
+
+    /// Checks the lock server for settings that quietly weaken locks: an eviction policy other
+    /// than `noeviction`, no persistence, replicas lagging. Empty when nothing was found (always,
+    /// for the in-process backend). Needs `CONFIG GET` and `INFO`, which a lock user's ACL does
+    /// not grant: run it with an operator's credentials.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
+    pub async fn doctor(&self) -> Result<Vec<Finding>, LockError> {
+        self.inner
+            .engine
+            .doctor()
+            .await
+            .map_err(|failure| self.backend_error("doctor", failure))
+    }
+
+    pub(crate) fn backend_error(
+        &self,
+        operation: &'static str,
+        failure: EngineFailure,
+    ) -> LockError {
+        LockError::Backend(BackendError::new(
+            self.name(),
+            operation,
+            failure.ambiguous,
+            failure.source,
+        ))
+    }
+
+    /// A second client of the same engine: same server (or in-process map) and settings, but its
+    /// own local queues, watchdog, stats and hooks — as another process would have.
+    pub(crate) fn another_client(&self) -> Backend {
+        Backend::assemble(
+            self.inner.engine.clone(),
+            self.inner.settings.clone(),
+            SharedHooks::default(),
+            self.inner.kind,
+        )
+    }
+
+    pub(crate) fn same_as(&self, other: &Backend) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}

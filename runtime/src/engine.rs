@@ -1,0 +1,124 @@
+//! The engine boundary: the trait every lock engine implements and the values it answers with.
+//!
+//! A leaf: it imports only leaves (owner tokens, release watches, doctor findings), never the
+//! backend handle, the watchdog or anything else that sits above an engine. Engines are built by
+//! their own constructors (`engines/`) and handed to a [`Backend`](crate::Backend).
+
+use crate::doctor::Finding;
+use crate::owner::Owner;
+use crate::wait::ReleaseWatch;
+use futures_util::future::BoxFuture;
+use std::time::Duration;
+
+/// What an acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acquired {
+    /// The lock is ours, with this fencing token.
+    Yes { fence: u64 },
+    /// Another owner holds it for about `ttl` more (None when the server could not say).
+    Busy { ttl: Option<Duration> },
+}
+
+/// What a release or a renewal found on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// Ours: released or renewed.
+    Ours,
+    /// The key is gone (expired, deleted).
+    Gone,
+    /// Another owner holds the key.
+    Foreign,
+}
+
+/// One lease in a batched renewal.
+pub(crate) struct Renewal<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a Owner,
+    pub(crate) ttl: Duration,
+}
+
+/// Who holds a lock, as [`Backend::inspect`](crate::Backend::inspect) reports it.
+///
+/// Its `Debug` output shows only the first six characters of the owner token, which is a
+/// credential.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's owner token. It is a credential (whoever has it can release the lock): keep
+    /// it out of logs.
+    pub owner: String,
+    /// The fencing token issued to the holder.
+    pub fencing_token: u64,
+    /// How long the lock lives unless renewed.
+    pub ttl: Duration,
+}
+
+impl std::fmt::Debug for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = self.owner.get(..6).unwrap_or("");
+        f.debug_struct("Holder")
+            .field("owner", &format_args!("{shown}…"))
+            .field("fencing_token", &self.fencing_token)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+/// A failed engine operation, before the backend adds its name.
+#[derive(Debug)]
+pub(crate) struct EngineFailure {
+    pub(crate) ambiguous: bool,
+    pub(crate) source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
+
+/// One lock engine: where locks live and how they are taken, renewed and released (one Redis,
+/// Redlock over several, the in-process map). Every operation is atomic on each server it
+/// touches (one script call per server).
+///
+/// # Cancel safety
+/// A future of these methods dropped after its request left may still have its effect on the
+/// server, exactly like a lost reply; callers treat both the same way (the acquire path
+/// releases with the owner token, the release path finishes in the background).
+pub(crate) trait Engine: Send + Sync + 'static {
+    /// Take `key` for `owner` with a TTL, or find it busy. Already held by `owner`: refresh the TTL
+    /// and return the token issued the first time (idempotent retry).
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        ttl: Duration,
+    ) -> BoxFuture<'a, EngineResult<Acquired>>;
+
+    /// Delete `key` if `owner` holds it, and notify waiters.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, EngineResult<Ownership>>;
+
+    /// Renew many leases in one call; one answer per lease, in order: `None` when the engine
+    /// could not decide for that lease (Redlock: no quorum either way), which the watchdog
+    /// treats as a failed renewal to retry.
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal<'a>],
+    ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>>;
+
+    /// Who holds `key` now.
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>>;
+
+    /// Registers for `key`'s release notifications; resolves once the registration is in force
+    /// on the server, so a check made after it cannot miss a release (subscribe-before-check).
+    /// A transient failure (timeout, broken connection) still returns the registration,
+    /// unconfirmed, and the waiter's backoff carries it until it subscribes again; a permanent
+    /// one (the server refuses the subscription, e.g. NOPERM) is an error, never a silent
+    /// fallback to polling.
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>>;
+
+    /// Channels with at least one local waiter (for tests of cleanup).
+    fn watched_channels(&self) -> usize;
+
+    /// Server settings that weaken locks.
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>>;
+}

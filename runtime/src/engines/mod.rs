@@ -1,0 +1,6 @@
+//! The lock engines (see [`crate::engine::Engine`]): one Redis server, Redlock over several, and
+//! the in-process map. Each is built by its own constructor and handed to a
+//! [`Backend`](crate::Backend) by the builder.
+
+pub(crate) mod in_process;
+pub(crate) mod redis;

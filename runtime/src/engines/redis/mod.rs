@@ -1,0 +1,9 @@
+//! Redis-based engines and what they share: a [`node::Node`] per server (connection, scripts by
+//! SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per server, TLS settings, and
+//! errors with advice.
+
+pub(crate) mod diagnose;
+pub(crate) mod node;
+pub(crate) mod pubsub;
+pub(crate) mod single;
+pub(crate) mod tls;

@@ -1,0 +1,282 @@
+//! One Redis server as every Redis-based engine talks to it: a lazily opened, self-reconnecting
+//! connection, scripts sent by SHA (the source on NOSCRIPT), and the lock scripts as typed calls.
+//! The single-server engine is one node; Redlock is several.
+
+use super::diagnose;
+use super::tls::{self, TlsFiles};
+use crate::engine::{Acquired, EngineFailure, EngineResult, Holder, Ownership, Renewal};
+use crate::error::LockError;
+use crate::key::KeyNames;
+use crate::owner::Owner;
+use crate::scripts::{LuaScript, ACQUIRE, INSPECT, RELEASE, RENEW};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Network timeouts of a Redis connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) response: Duration,
+    pub(crate) connect: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            response: Duration::from_millis(500),
+            connect: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the release script found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    Found(Ownership),
+    /// Released, but the server refused the notification (the user may not publish).
+    ReleasedUnannounced,
+}
+
+pub(crate) struct Node {
+    client: redis::Client,
+    /// The key prefix, for advice in errors (the ACL rules to grant).
+    prefix: String,
+    timeouts: Timeouts,
+    connection: Mutex<Option<Bound>>,
+}
+
+/// A connection bound to the tokio runtime that opened it. Its background tasks die with that
+/// runtime (a test's runtime, say); `alive` notices, and the next call opens a new one.
+struct Bound {
+    manager: ConnectionManager,
+    alive: Arc<AtomicBool>,
+}
+
+struct AliveFlag(Arc<AtomicBool>);
+
+impl Drop for AliveFlag {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+impl Node {
+    /// A node for the server at `url` (connected on first use).
+    pub(crate) fn open(
+        url: &str,
+        tls: &TlsFiles,
+        timeouts: Timeouts,
+        prefix: &str,
+    ) -> Result<Node, LockError> {
+        Ok(Node {
+            client: tls::client(url, tls)?,
+            prefix: prefix.to_owned(),
+            timeouts,
+            connection: Mutex::new(None),
+        })
+    }
+
+    /// The redis-rs client, for connections of other kinds (pub/sub).
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    fn manager(&self) -> EngineResult<ConnectionManager> {
+        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bound) = slot.as_ref() {
+            if bound.alive.load(Ordering::Acquire) {
+                return Ok(bound.manager.clone());
+            }
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeouts.response))
+            .set_connection_timeout(Some(self.timeouts.connect))
+            // Reconnect quickly, but give up soon enough that an unreachable server is an error
+            // within a few connect timeouts, not a hang.
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(250));
+        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|err| self.failure(err))?;
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = AliveFlag(alive.clone());
+        tokio::spawn(async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+        });
+        *slot = Some(Bound {
+            manager: manager.clone(),
+            alive,
+        });
+        Ok(manager)
+    }
+
+    /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the command was written does not unsend it: the script may
+    /// still run. Callers that must know (acquire, release) keep what is needed to undo or
+    /// finish it — see `acquire.rs` and `release.rs`.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[&[u8]],
+    ) -> EngineResult<T> {
+        let mut manager = self.manager()?;
+        match script.evalsha(keys, args).query_async(&mut manager).await {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                script
+                    .eval(keys, args)
+                    .query_async(&mut manager)
+                    .await
+                    .map_err(|err| self.failure(err))
+            }
+            other => other.map_err(|err| self.failure(err)),
+        }
+    }
+
+    /// Runs a plain command (the doctor's `CONFIG GET`, `INFO`).
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> EngineResult<T> {
+        let mut manager = self.manager()?;
+        cmd.query_async(&mut manager)
+            .await
+            .map_err(|err| self.failure(err))
+    }
+
+    fn failure(&self, err: redis::RedisError) -> EngineFailure {
+        diagnose::failure(err, &self.prefix)
+    }
+
+    /// `acquire.lua`: take the lock (or find it busy); the token is this server's.
+    pub(crate) async fn acquire(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        ttl: Duration,
+        fence_counter_ttl: Duration,
+    ) -> EngineResult<Acquired> {
+        let reply: Vec<i64> = self
+            .invoke(
+                &ACQUIRE,
+                &[&names.lock, &names.fence],
+                &[owner.as_bytes(), &millis(ttl), &millis(fence_counter_ttl)],
+            )
+            .await?;
+        match reply.as_slice() {
+            [1, fence] if *fence > 0 => Ok(Acquired::Yes {
+                fence: *fence as u64,
+            }),
+            [0, pttl] => Ok(Acquired::Busy {
+                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            }),
+            other => Err(unexpected("acquire", other)),
+        }
+    }
+
+    /// `release.lua`: delete the lock if `owner` holds it and announce it.
+    pub(crate) async fn release(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+    ) -> EngineResult<ReleaseReply> {
+        let code: i64 = self
+            .invoke(
+                &RELEASE,
+                &[&names.lock],
+                &[owner.as_bytes(), names.channel.as_bytes()],
+            )
+            .await?;
+        Ok(match code {
+            2 => ReleaseReply::ReleasedUnannounced,
+            code => ReleaseReply::Found(ownership(code)),
+        })
+    }
+
+    /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease.
+    pub(crate) async fn renew(
+        &self,
+        locks: &[String],
+        batch: &[Renewal<'_>],
+    ) -> EngineResult<Vec<Ownership>> {
+        let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
+        let ttls: Vec<Vec<u8>> = batch.iter().map(|item| millis(item.ttl)).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
+        for (item, ttl) in batch.iter().zip(&ttls) {
+            args.push(item.owner.as_bytes());
+            args.push(ttl);
+        }
+        let codes: Vec<i64> = self.invoke(&RENEW, &keys, &args).await?;
+        if codes.len() != batch.len() {
+            return Err(unexpected("renew", codes));
+        }
+        Ok(codes.into_iter().map(ownership).collect())
+    }
+
+    /// `inspect.lua`: who holds the lock on this server.
+    pub(crate) async fn inspect(&self, names: &KeyNames) -> EngineResult<Option<Holder>> {
+        let reply: Vec<Value> = self.invoke(&INSPECT, &[&names.lock], &[]).await?;
+        if reply.is_empty() {
+            return Ok(None);
+        }
+        let parsed: Option<(String, u64, i64)> = (|| {
+            let owner = String::from_redis_value(reply.first()?.clone()).ok()?;
+            let fence = u64::from_redis_value(reply.get(1)?.clone()).ok()?;
+            let pttl = i64::from_redis_value(reply.get(2)?.clone()).ok()?;
+            Some((owner, fence, pttl))
+        })();
+        match parsed {
+            Some((owner, fencing_token, pttl)) => Ok(Some(Holder {
+                owner,
+                fencing_token,
+                ttl: Duration::from_millis(pttl.max(0) as u64),
+            })),
+            None => Err(unexpected("inspect", reply)),
+        }
+    }
+
+    /// The server settings the doctor judges: eviction policy, persistence, replication.
+    pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::doctor::Finding>> {
+        let config = |setting: &'static str| async move {
+            let mut cmd = redis::cmd("CONFIG");
+            cmd.arg("GET").arg(setting);
+            let pairs: Vec<String> = self.query(&cmd).await.ok()?;
+            pairs.get(1).cloned()
+        };
+        let policy = config("maxmemory-policy").await;
+        let appendonly = config("appendonly").await;
+        let save = config("save").await;
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        let replication: String = self.query(&info).await.unwrap_or_default();
+        Ok(crate::doctor::judge(
+            policy.as_deref(),
+            appendonly.as_deref(),
+            save.as_deref(),
+            &replication,
+        ))
+    }
+}
+
+fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
+    EngineFailure {
+        ambiguous: false,
+        source: format!("unexpected reply to {what}: {value:?}").into(),
+    }
+}
+
+fn ownership(code: i64) -> Ownership {
+    match code {
+        1 => Ownership::Ours,
+        -1 => Ownership::Foreign,
+        _ => Ownership::Gone,
+    }
+}
+
+fn millis(duration: Duration) -> Vec<u8> {
+    duration.as_millis().max(1).to_string().into_bytes()
+}

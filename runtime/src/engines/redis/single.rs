@@ -1,0 +1,143 @@
+//! One Redis server (or a primary behind a stable address): the single-instance engine.
+//!
+//! Every operation is one script call on one [`Node`]: a redis-rs `ConnectionManager`,
+//! multiplexed (every task shares one socket) and reconnecting by itself. Release notifications
+//! arrive on a second, pub/sub connection ([`Subscriber`]).
+
+use super::node::{Node, ReleaseReply, Timeouts};
+use super::pubsub::Subscriber;
+use super::tls::TlsFiles;
+use crate::doctor::Finding;
+use crate::engine::{Acquired, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::error::LockError;
+use crate::hooks::SharedHooks;
+use crate::key::KeyNames;
+use crate::owner::Owner;
+use crate::wait::{Channels, ReleaseWatch};
+use futures_util::future::BoxFuture;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where and how a Redis engine connects.
+pub(crate) struct RedisConfig<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) tls: &'a TlsFiles,
+    pub(crate) hooks: SharedHooks,
+}
+
+pub(crate) struct RedisEngine {
+    node: Node,
+    prefix: String,
+    fence_counter_ttl: Duration,
+    subscriber: Arc<Subscriber>,
+    /// A release notification was refused (and reported) already.
+    publish_refused: AtomicBool,
+}
+
+impl RedisEngine {
+    pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
+        let node = Node::open(config.url, config.tls, config.timeouts, config.prefix)?;
+        let channels = Arc::new(Channels::needing(1));
+        Ok(RedisEngine {
+            subscriber: Subscriber::new(
+                node.client().clone(),
+                config.timeouts,
+                config.prefix,
+                config.hooks,
+                channels,
+            ),
+            node,
+            prefix: config.prefix.to_owned(),
+            fence_counter_ttl: config.fence_counter_ttl,
+            publish_refused: AtomicBool::new(false),
+        })
+    }
+
+    fn names(&self, key: &str) -> KeyNames {
+        KeyNames::new(&self.prefix, key)
+    }
+}
+
+/// The release script could not announce a release: say so, once per engine, loudly — the
+/// release itself stands.
+pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channel: &str) {
+    if reported.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        target: "distlock::release",
+        channel,
+        prefix,
+        "the server refused to publish a release notification (the Redis user may not \
+         publish on the channel); releases still happen, but waiters in other processes learn \
+         of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
+    );
+}
+
+impl Engine for RedisEngine {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        ttl: Duration,
+    ) -> BoxFuture<'a, EngineResult<Acquired>> {
+        Box::pin(async move {
+            self.node
+                .acquire(&self.names(key), owner, ttl, self.fence_counter_ttl)
+                .await
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, EngineResult<Ownership>> {
+        Box::pin(async move {
+            let names = self.names(key);
+            match self.node.release(&names, owner).await? {
+                ReleaseReply::Found(ownership) => Ok(ownership),
+                ReleaseReply::ReleasedUnannounced => {
+                    report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
+                    Ok(Ownership::Ours)
+                }
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal<'a>],
+    ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
+        Box::pin(async move {
+            let locks: Vec<String> = batch.iter().map(|item| self.names(item.key).lock).collect();
+            let answers = self.node.renew(&locks, batch).await?;
+            Ok(answers.into_iter().map(Some).collect())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(async move { self.node.inspect(&self.names(key)).await })
+    }
+
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>> {
+        Box::pin(async move {
+            let channel = self.names(key).channel;
+            let watch = self.subscriber.register(&channel);
+            self.subscriber.subscribe_and_confirm(&channel).await?;
+            Ok(watch)
+        })
+    }
+
+    fn watched_channels(&self) -> usize {
+        self.subscriber.watched()
+    }
+
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
+        Box::pin(async move { self.node.doctor().await })
+    }
+}
