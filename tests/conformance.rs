@@ -1,9 +1,9 @@
-//! One conformance suite, run against every backend: the in-process backend must behave exactly
-//! like a real Redis (started by the harness for each test).
+//! One conformance suite, run against every backend: the in-process backend, one real Redis and
+//! Redlock over three real masters (started by the harness for each test) must behave alike.
 
 mod common;
 
-use common::{Fixture, InProcess, SingleRedis};
+use common::{Fixture, InProcess, Redlock, SingleRedis};
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +25,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::SingleRedis>().await;
+                }
+            )*
+        }
+        mod redlock {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Redlock>().await;
                 }
             )*
         }

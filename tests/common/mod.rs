@@ -205,3 +205,88 @@ impl SingleRedis {
             .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
     }
 }
+
+/// Redlock over three real masters.
+pub struct Redlock {
+    pub servers: Vec<RedisServer>,
+    backend: Backend,
+    builder: BackendBuilder,
+}
+
+impl Redlock {
+    /// The masters' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The remaining TTL of `key` on each master (`None` where it is absent).
+    pub fn pttls(&self, key: &str) -> Vec<Option<Duration>> {
+        self.servers
+            .iter()
+            .map(
+                |server| match server.command(&["PTTL", &SingleRedis::lock_key(key)]) {
+                    Reply::Int(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+                    Reply::Int(-2) => None,
+                    other => panic!("unexpected PTTL reply {other:?}"),
+                },
+            )
+            .collect()
+    }
+}
+
+impl Fixture for Redlock {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        let servers = RedisServer::start_many(3);
+        let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+        let builder = configure(Backend::redlock(urls).prefix(PREFIX));
+        Redlock {
+            backend: builder.clone().build().expect("valid redlock settings"),
+            builder,
+            servers,
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    async fn forget_fence_counter(&self, key: &str) {
+        let counter = format!("{}:fence", SingleRedis::lock_key(key));
+        let deleted: i64 = self
+            .servers
+            .iter()
+            .map(|server| server.command(&["DEL", &counter]).as_int().unwrap())
+            .sum();
+        assert!(deleted >= 2, "a quorum of masters had the counter");
+    }
+
+    /// The lock lives as long as a quorum (2 of 3) of its copies.
+    async fn pttl(&self, key: &str) -> Option<Duration> {
+        let mut held: Vec<Duration> = self.pttls(key).into_iter().flatten().collect();
+        held.sort_by_key(|ttl| std::cmp::Reverse(*ttl));
+        held.get(1).copied()
+    }
+
+    fn contender(&self) -> Backend {
+        self.builder.clone().build().unwrap()
+    }
+
+    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
+        let mut held = std::collections::BTreeSet::new();
+        for server in &self.servers {
+            let Reply::Array(Some(keys)) = server.command(&["KEYS", &format!("{PREFIX}:*")]) else {
+                panic!("KEYS failed")
+            };
+            held.extend(
+                keys.iter()
+                    .filter_map(Reply::as_str)
+                    .filter(|key| !key.ends_with(":fence")),
+            );
+        }
+        held.into_iter().collect()
+    }
+
+    fn kind(&self) -> &'static str {
+        "redlock"
+    }
+}

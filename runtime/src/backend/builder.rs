@@ -6,6 +6,7 @@ use crate::engines::in_process::InProcessEngine;
 use crate::engines::redis::node::Timeouts;
 use crate::engines::redis::single::{RedisConfig, RedisEngine};
 use crate::engines::redis::tls::{read_pem, TlsFiles};
+use crate::engines::redlock::{quorum, RedlockConfig, RedlockEngine};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::redact::redact_url;
@@ -37,6 +38,31 @@ impl Backend {
     pub fn in_process_builder() -> BackendBuilder {
         BackendBuilder::new("memory://".into())
     }
+
+    /// A builder for Redlock over independent Redis masters, each a full `redis://` or
+    /// `rediss://` URL with its own credentials: at least 3, an odd number (3 or 5) being the
+    /// useful sizes. The same as [`Backend::builder`] with the URLs joined by commas (what
+    /// `DISTLOCK_URL` takes).
+    ///
+    /// ```
+    /// let backend = distlock::Backend::redlock([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://:secret@10.0.0.3:6379",
+    /// ])
+    /// .master_timeout(std::time::Duration::from_millis(50))
+    /// .build()
+    /// .expect("three masters");
+    /// # let _ = backend;
+    /// ```
+    pub fn redlock<I, U>(masters: I) -> BackendBuilder
+    where
+        I: IntoIterator<Item = U>,
+        U: Into<String>,
+    {
+        let masters: Vec<String> = masters.into_iter().map(Into::into).collect();
+        BackendBuilder::new(masters.join(","))
+    }
 }
 
 /// Configures a [`Backend`]. Every setter states its default; [`build`](Self::build) checks them
@@ -63,6 +89,8 @@ pub struct BackendBuilder {
     max_backoff: Duration,
     drift_factor: f64,
     timeouts: Timeouts,
+    /// Redlock only: how long one master may take; `None` until set (default 50 ms).
+    master_timeout: Option<Duration>,
     tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
     tls_error: Option<(&'static str, String)>,
@@ -72,7 +100,14 @@ pub struct BackendBuilder {
 impl std::fmt::Debug for BackendBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BackendBuilder")
-            .field("url", &redact_url(&self.url))
+            .field(
+                "url",
+                &masters(&self.url)
+                    .iter()
+                    .map(|url| redact_url(url))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
             .field("prefix", &self.prefix)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("max_key_len", &self.max_key_len)
@@ -81,6 +116,7 @@ impl std::fmt::Debug for BackendBuilder {
             .field("max_backoff", &self.max_backoff)
             .field("clock_drift_factor", &self.drift_factor)
             .field("timeouts", &self.timeouts)
+            .field("master_timeout", &self.master_timeout)
             .field("tls", &self.tls)
             .finish()
     }
@@ -98,6 +134,7 @@ impl BackendBuilder {
             max_backoff: Duration::from_millis(100),
             drift_factor: 0.01,
             timeouts: Timeouts::default(),
+            master_timeout: None,
             tls: TlsFiles::default(),
             tls_error: None,
         }
@@ -156,6 +193,15 @@ impl BackendBuilder {
     /// retried with the same owner token). Default 500 ms (redis-rs's own default).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.response = timeout;
+        self
+    }
+
+    /// Redlock only: how long one master may take to answer before its vote (or renewal, or
+    /// release) counts as refused. Far below the lease TTL: an acquire or a renewal round costs
+    /// at most this, whatever the slow masters do. Default 50 ms; less than a third of
+    /// `watchdog_timeout`. Setting it on a backend that is not Redlock is an error.
+    pub fn master_timeout(mut self, timeout: Duration) -> Self {
+        self.master_timeout = Some(timeout);
         self
     }
 
@@ -252,6 +298,22 @@ impl BackendBuilder {
             return Err(LockError::invalid_config(setting, problem));
         }
         let hooks = SharedHooks::default();
+        let masters = masters(&self.url);
+        if masters.len() > 1 {
+            let engine = self.redlock_engine(&masters, hooks.clone())?;
+            return Ok(Backend::assemble(engine, self.settings(), hooks, "redlock"));
+        }
+        if let Some(timeout) = self.master_timeout {
+            return Err(LockError::invalid_config(
+                "master_timeout",
+                format!(
+                    "is set ({}) but `{}` is one server; it applies to Redlock, over three or \
+                     more comma-separated master URLs",
+                    humantime::format_duration(timeout),
+                    redact_url(&self.url)
+                ),
+            ));
+        }
         let (engine, kind): (Arc<dyn Engine>, &'static str) = match scheme(&self.url) {
             Some("memory") if self.tls.ca.is_some() || self.tls.client.is_some() => {
                 return Err(LockError::invalid_config(
@@ -280,21 +342,139 @@ impl BackendBuilder {
                     "url",
                     format!(
                         "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
-                         unix:///path/to/socket or memory://",
+                         unix:///path/to/socket, memory://, or three or more comma-separated \
+                         redis:// URLs for Redlock",
                         redact_url(&self.url)
                     ),
                 ))
             }
         };
-        let settings = Settings {
-            prefix: self.prefix,
+        let settings = self.settings();
+        Ok(Backend::assemble(engine, settings, hooks, kind))
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            prefix: self.prefix.clone(),
             watchdog_timeout: self.watchdog_timeout,
             max_key_len: self.max_key_len,
             renew_batch: self.renew_batch,
             max_backoff: self.max_backoff,
             drift_factor: self.drift_factor,
+        }
+    }
+
+    fn redlock_engine(
+        &self,
+        masters: &[String],
+        hooks: SharedHooks,
+    ) -> Result<Arc<dyn Engine>, LockError> {
+        let listed = || {
+            masters
+                .iter()
+                .map(|url| redact_url(url))
+                .collect::<Vec<_>>()
+                .join(",")
         };
-        Ok(Backend::assemble(engine, settings, hooks, kind))
+        if masters.len() < 3 {
+            return Err(LockError::invalid_config(
+                "url",
+                format!(
+                    "`{}` lists {} masters; Redlock needs at least 3 independent masters (3 or 5 \
+                     are the useful sizes), or give one URL for a single server",
+                    listed(),
+                    masters.len()
+                ),
+            ));
+        }
+        if let Some(bad) = masters.iter().find(|url| {
+            !matches!(
+                scheme(url),
+                Some("redis" | "rediss" | "unix" | "redis+unix")
+            )
+        }) {
+            return Err(LockError::invalid_config(
+                "url",
+                format!(
+                    "`{}` in `{}` is not a Redis URL; every Redlock master is a full redis:// \
+                     or rediss:// URL, with its own credentials",
+                    redact_url(bad),
+                    listed()
+                ),
+            ));
+        }
+        let master_timeout = self.master_timeout.unwrap_or(Duration::from_millis(50));
+        if master_timeout < Duration::from_millis(1) || master_timeout * 3 >= self.watchdog_timeout
+        {
+            return Err(LockError::invalid_config(
+                "master_timeout",
+                format!(
+                    "is {}; it must be at least 1ms and less than a third of watchdog_timeout ({}), \
+                     so that a renewal round fits in its period",
+                    humantime::format_duration(master_timeout),
+                    humantime::format_duration(self.watchdog_timeout)
+                ),
+            ));
+        }
+        let engine = RedlockEngine::open(RedlockConfig {
+            urls: masters,
+            prefix: &self.prefix,
+            fence_counter_ttl: self.fence_counter_ttl,
+            timeouts: self.timeouts,
+            master_timeout,
+            drift_factor: self.drift_factor,
+            tls: &self.tls,
+            hooks,
+        })?;
+        if let Some(twice) = engine.duplicate_master() {
+            return Err(LockError::invalid_config(
+                "url",
+                format!(
+                    "`{}` names the master {twice} twice; its vote would count twice, and \
+                     Redlock would not be a majority of independent masters",
+                    listed()
+                ),
+            ));
+        }
+        if masters.len().is_multiple_of(2) {
+            tracing::warn!(
+                target: "distlock::config",
+                masters = masters.len(),
+                quorum = quorum(masters.len()),
+                "Redlock over an even number of masters tolerates no more failures than one \
+                 master fewer; use an odd number (3 or 5)"
+            );
+        }
+        Ok(Arc::new(engine))
+    }
+}
+
+/// The URLs of a comma-separated list of masters (one URL: itself). A comma splits only where
+/// a new URL starts, so a percent-encoded or plain comma inside a password stays put.
+fn masters(url: &str) -> Vec<String> {
+    let mut masters = Vec::new();
+    let mut rest = url.trim();
+    loop {
+        let next = [
+            "redis://",
+            "rediss://",
+            "unix://",
+            "redis+unix://",
+            "memory://",
+        ]
+        .iter()
+        .filter_map(|scheme| rest.find(&format!(",{scheme}")))
+        .min();
+        match next {
+            Some(at) => {
+                masters.push(rest[..at].trim().trim_end_matches(',').to_owned());
+                rest = rest[at + 1..].trim_start();
+            }
+            None => {
+                masters.push(rest.trim().trim_end_matches(',').trim().to_owned());
+                return masters;
+            }
+        }
     }
 }
 

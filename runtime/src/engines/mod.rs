@@ -4,3 +4,4 @@
 
 pub(crate) mod in_process;
 pub(crate) mod redis;
+pub(crate) mod redlock;

@@ -65,3 +65,4 @@ lua_script!(RELEASE, "release.lua");
 lua_script!(RENEW, "renew.lua");
 lua_script!(INSPECT, "inspect.lua");
 lua_script!(FENCED_SET, "fenced_set.lua");
+lua_script!(FENCE_WRITEBACK, "fence_writeback.lua");

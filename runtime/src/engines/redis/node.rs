@@ -8,7 +8,7 @@ use crate::engine::{Acquired, EngineFailure, EngineResult, Holder, Ownership, Re
 use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::owner::Owner;
-use crate::scripts::{LuaScript, ACQUIRE, INSPECT, RELEASE, RENEW};
+use crate::scripts::{LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,6 +81,11 @@ impl Node {
     /// The redis-rs client, for connections of other kinds (pub/sub).
     pub(crate) fn client(&self) -> &redis::Client {
         &self.client
+    }
+
+    /// `host:port` of the server, for messages.
+    pub(crate) fn address(&self) -> String {
+        self.client.get_connection_info().addr().to_string()
     }
 
     fn manager(&self) -> EngineResult<ConnectionManager> {
@@ -176,6 +181,29 @@ impl Node {
             }),
             other => Err(unexpected("acquire", other)),
         }
+    }
+
+    /// `fence_writeback.lua`: raise the fence counter to `fence` (and record it as the lock's
+    /// token) where `owner` still holds the lock. `true` when it did.
+    pub(crate) async fn write_back_fence(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        fence: u64,
+        fence_counter_ttl: Duration,
+    ) -> EngineResult<bool> {
+        let done: i64 = self
+            .invoke(
+                &FENCE_WRITEBACK,
+                &[&names.lock, &names.fence],
+                &[
+                    owner.as_bytes(),
+                    fence.to_string().as_bytes(),
+                    &millis(fence_counter_ttl),
+                ],
+            )
+            .await?;
+        Ok(done == 1)
     }
 
     /// `release.lua`: delete the lock if `owner` holds it and announce it.

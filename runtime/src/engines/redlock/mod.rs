@@ -1,0 +1,467 @@
+//! Redlock over N independent Redis masters (the study's §7.2), with what it leaves open:
+//! fencing tokens that stay monotonic across different quorums, votes released at once after a
+//! failed attempt, and renewal and release by quorum.
+//!
+//! - **Acquire**: one owner token, the acquire script on every master in parallel (each bounded
+//!   by the per-master timeout). Each master that grants returns its *vote*: its own
+//!   `max(counter + 1, server µs)`. With a quorum (N/2 + 1) of votes the token is `T`, the
+//!   largest vote, and it is written back — `counter = max(counter, T)` and the lock's token set
+//!   to `T`, only where the lock is still ours — on the granting masters; `T` is handed out only
+//!   once a quorum confirmed the write-back and the attempt took less than the lease's validity
+//!   (TTL − drift). Anything less and the attempt's votes are released on every master at once,
+//!   so contenders that split the votes do not stall each other for a TTL.
+//! - **Why tokens stay monotonic**: a token `T` handed out was recorded on a quorum `Q` while
+//!   our lock held each of those masters. A later grant needs a quorum `Q'`, which shares a master
+//!   `m` with `Q`; its vote at `m` was taken after our lock left `m` — a master holds one lock per
+//!   key at a time, and our lock was alive there at the write-back — so after the write-back,
+//!   and that vote is at least `T + 1`. The later token is the largest vote of `Q'`, so it
+//!   exceeds `T`. Limit: a master that loses its data (restarted without persistence) within a
+//!   lease can break the intersection, as it breaks Redlock's exclusion itself; restart masters
+//!   no sooner than the longest TTL after they stopped (the study's delayed restart).
+//! - **Renewal**: every master in parallel, one script call per master per batch; a lease's
+//!   validity advances only when a quorum confirmed it, and it is lost as soon as enough masters
+//!   say "gone" or "another owner" that a quorum can no longer confirm it.
+//! - **Release**: to all N masters, also those that did not answer the acquire.
+//! - **Notifications**: a subscription on every master, into one table; a waiter counts as
+//!   subscribed once N − Q + 1 masters confirmed, so every quorum a releasing holder had
+//!   includes a master that tells it.
+
+mod fan_out;
+
+pub(crate) use fan_out::quorum;
+
+use super::redis::node::{Node, ReleaseReply, Timeouts};
+use super::redis::pubsub::Subscriber;
+use super::redis::single::report_refused_publish;
+use super::redis::tls::TlsFiles;
+use crate::doctor::Finding;
+use crate::engine::{Acquired, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal};
+use crate::error::LockError;
+use crate::hooks::SharedHooks;
+use crate::key::KeyNames;
+use crate::owner::Owner;
+use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
+use fan_out::{fan_out, summarize};
+use futures_util::future::BoxFuture;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where the masters are and how to talk to them.
+pub(crate) struct RedlockConfig<'a> {
+    pub(crate) urls: &'a [String],
+    pub(crate) prefix: &'a str,
+    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) timeouts: Timeouts,
+    /// How long one master may take to answer before its vote counts as refused.
+    pub(crate) master_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) tls: &'a TlsFiles,
+    pub(crate) hooks: SharedHooks,
+}
+
+struct Master {
+    node: Node,
+    subscriber: Arc<Subscriber>,
+    /// `host:port`, for messages.
+    address: String,
+}
+
+pub(crate) struct RedlockEngine {
+    masters: Vec<Master>,
+    quorum: usize,
+    channels: Arc<Channels>,
+    prefix: String,
+    fence_counter_ttl: Duration,
+    master_timeout: Duration,
+    drift_factor: f64,
+    publish_refused: AtomicBool,
+}
+
+impl RedlockEngine {
+    pub(crate) fn open(config: RedlockConfig<'_>) -> Result<Self, LockError> {
+        let count = config.urls.len();
+        let quorum = quorum(count);
+        let channels = Arc::new(Channels::needing(count - quorum + 1));
+        let mut masters = Vec::with_capacity(count);
+        for url in config.urls {
+            let node = Node::open(url, config.tls, config.timeouts, config.prefix)?;
+            let subscriber = Subscriber::new(
+                node.client().clone(),
+                config.timeouts,
+                config.prefix,
+                config.hooks.clone(),
+                channels.clone(),
+            );
+            let address = node.address();
+            masters.push(Master {
+                node,
+                subscriber,
+                address,
+            });
+        }
+        Ok(RedlockEngine {
+            masters,
+            quorum,
+            channels,
+            prefix: config.prefix.to_owned(),
+            fence_counter_ttl: config.fence_counter_ttl,
+            master_timeout: config.master_timeout,
+            drift_factor: config.drift_factor,
+            publish_refused: AtomicBool::new(false),
+        })
+    }
+
+    fn names(&self, key: &str) -> KeyNames {
+        KeyNames::new(&self.prefix, key)
+    }
+
+    /// A master listed twice (by `host:port`), if any.
+    pub(crate) fn duplicate_master(&self) -> Option<&str> {
+        let mut seen = std::collections::HashSet::new();
+        self.masters
+            .iter()
+            .map(|master| master.address.as_str())
+            .find(|address| !seen.insert(*address))
+    }
+
+    /// How many "not ours" answers make a quorum of "ours" impossible.
+    fn blocking(&self) -> usize {
+        self.masters.len() - self.quorum + 1
+    }
+
+    async fn attempt(&self, names: &KeyNames, owner: &Owner, ttl: Duration) -> Attempt {
+        let started = Instant::now();
+        let votes = fan_out(&self.masters, self.master_timeout, |master| {
+            master
+                .node
+                .acquire(names, owner, ttl, self.fence_counter_ttl)
+        })
+        .await;
+        let mut granted: Vec<(usize, u64)> = Vec::new();
+        let mut busy: Vec<Option<Duration>> = Vec::new();
+        let mut failures = Vec::new();
+        for (index, vote) in votes.into_iter().enumerate() {
+            match vote {
+                Ok(Acquired::Yes { fence }) => granted.push((index, fence)),
+                Ok(Acquired::Busy { ttl }) => busy.push(ttl),
+                Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+            }
+        }
+        if granted.len() < self.quorum {
+            return if busy.is_empty() {
+                Attempt::Failed(summarize(
+                    "acquire",
+                    failures,
+                    self.masters.len(),
+                    self.quorum,
+                ))
+            } else {
+                // Another owner holds (or is taking) votes: a busy lock, or split votes.
+                Attempt::Busy(busy.into_iter().flatten().max())
+            };
+        }
+        let token = granted
+            .iter()
+            .map(|(_, vote)| *vote)
+            .max()
+            .expect("a quorum");
+        let recorded = fan_out(
+            granted.iter().map(|(index, _)| &self.masters[*index]),
+            self.master_timeout,
+            |master| {
+                master
+                    .node
+                    .write_back_fence(names, owner, token, self.fence_counter_ttl)
+            },
+        )
+        .await;
+        let confirmed = recorded
+            .iter()
+            .filter(|answer| matches!(answer, Ok(true)))
+            .count();
+        let validity =
+            ttl.saturating_sub(ttl.mul_f64(self.drift_factor) + Duration::from_millis(2));
+        let elapsed = started.elapsed();
+        if confirmed < self.quorum {
+            return Attempt::Busy(None);
+        }
+        if elapsed >= validity {
+            return Attempt::Failed(EngineFailure {
+                ambiguous: false,
+                source: format!(
+                    "acquiring took {elapsed:?}, longer than the lease's validity of {validity:?}; \
+                     the masters are too slow for this TTL"
+                )
+                .into(),
+            });
+        }
+        Attempt::Granted(token)
+    }
+
+    /// Releases `owner`'s lock (or votes) on every master; the answers, in master order.
+    async fn release_everywhere(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+    ) -> Vec<EngineResult<ReleaseReply>> {
+        fan_out(&self.masters, self.master_timeout, |master| {
+            master.node.release(names, owner)
+        })
+        .await
+    }
+
+    fn on_idle(&self) -> OnIdleHook {
+        let hooks: Vec<OnIdleHook> = self
+            .masters
+            .iter()
+            .map(|master| master.subscriber.on_idle())
+            .collect();
+        Arc::new(move |channel: String| {
+            for hook in &hooks {
+                hook(channel.clone());
+            }
+        })
+    }
+}
+
+/// One acquire attempt's outcome.
+enum Attempt {
+    /// A quorum granted and recorded this token.
+    Granted(u64),
+    /// Another owner holds votes; the holder's longest remaining TTL, when known.
+    Busy(Option<Duration>),
+    /// Too many masters failed (or were too slow) for a quorum.
+    Failed(EngineFailure),
+}
+
+impl Engine for RedlockEngine {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        ttl: Duration,
+    ) -> BoxFuture<'a, EngineResult<Acquired>> {
+        Box::pin(async move {
+            let names = self.names(key);
+            match self.attempt(&names, owner, ttl).await {
+                Attempt::Granted(fence) => Ok(Acquired::Yes { fence }),
+                failed => {
+                    // Give every vote back at once (masters that did not answer included), so a
+                    // split vote costs the contenders one round trip, not a TTL.
+                    self.release_everywhere(&names, owner).await;
+                    match failed {
+                        Attempt::Busy(ttl) => Ok(Acquired::Busy { ttl }),
+                        Attempt::Failed(failure) => Err(failure),
+                        Attempt::Granted(_) => unreachable!("matched above"),
+                    }
+                }
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, EngineResult<Ownership>> {
+        Box::pin(async move {
+            let names = self.names(key);
+            let answers = self.release_everywhere(&names, owner).await;
+            let (mut ours, mut gone, mut foreign) = (0, 0, 0);
+            let mut failures = Vec::new();
+            for (index, answer) in answers.into_iter().enumerate() {
+                match answer {
+                    Ok(ReleaseReply::Found(Ownership::Ours)) => ours += 1,
+                    Ok(ReleaseReply::ReleasedUnannounced) => {
+                        report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
+                        ours += 1;
+                    }
+                    Ok(ReleaseReply::Found(Ownership::Gone)) => gone += 1,
+                    Ok(ReleaseReply::Found(Ownership::Foreign)) => foreign += 1,
+                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                }
+            }
+            // A master that could not be reached keeps its copy until its TTL: a minority
+            // cannot make a quorum for anyone, so the lock is free.
+            if ours > 0 {
+                return Ok(Ownership::Ours);
+            }
+            if gone + foreign < self.quorum {
+                return Err(summarize(
+                    "release",
+                    failures,
+                    self.masters.len(),
+                    self.quorum,
+                ));
+            }
+            Ok(if foreign >= self.quorum {
+                Ownership::Foreign
+            } else {
+                Ownership::Gone
+            })
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal<'a>],
+    ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
+        Box::pin(async move {
+            let locks: Vec<String> = batch.iter().map(|item| self.names(item.key).lock).collect();
+            let answers = fan_out(&self.masters, self.master_timeout, |master| {
+                master.node.renew(&locks, batch)
+            })
+            .await;
+            let mut tallies = vec![(0usize, 0usize, 0usize); batch.len()];
+            let mut failures = Vec::new();
+            for (index, answer) in answers.into_iter().enumerate() {
+                match answer {
+                    Ok(ownerships) => {
+                        for (tally, ownership) in tallies.iter_mut().zip(ownerships) {
+                            match ownership {
+                                Ownership::Ours => tally.0 += 1,
+                                Ownership::Gone => tally.1 += 1,
+                                Ownership::Foreign => tally.2 += 1,
+                            }
+                        }
+                    }
+                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                }
+            }
+            if failures.len() == self.masters.len() {
+                return Err(summarize(
+                    "renew",
+                    failures,
+                    self.masters.len(),
+                    self.quorum,
+                ));
+            }
+            Ok(tallies
+                .into_iter()
+                .map(|(ours, gone, foreign)| {
+                    if ours >= self.quorum {
+                        Some(Ownership::Ours)
+                    } else if gone + foreign >= self.blocking() {
+                        Some(if foreign > 0 {
+                            Ownership::Foreign
+                        } else {
+                            Ownership::Gone
+                        })
+                    } else {
+                        None
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(async move {
+            let names = self.names(key);
+            let answers = fan_out(&self.masters, self.master_timeout, |master| {
+                master.node.inspect(&names)
+            })
+            .await;
+            let mut by_owner: HashMap<String, Vec<Holder>> = HashMap::new();
+            let mut failures = Vec::new();
+            let mut answered = 0;
+            for (index, answer) in answers.into_iter().enumerate() {
+                match answer {
+                    Ok(holder) => {
+                        answered += 1;
+                        if let Some(holder) = holder {
+                            by_owner
+                                .entry(holder.owner.clone())
+                                .or_default()
+                                .push(holder);
+                        }
+                    }
+                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                }
+            }
+            let held = by_owner
+                .into_values()
+                .find(|copies| copies.len() >= self.quorum);
+            let Some(mut copies) = held else {
+                if answered < self.quorum {
+                    return Err(summarize(
+                        "inspect",
+                        failures,
+                        self.masters.len(),
+                        self.quorum,
+                    ));
+                }
+                return Ok(None);
+            };
+            // The lock lives as long as a quorum of its copies: the quorum-th longest TTL.
+            copies.sort_by_key(|copy| std::cmp::Reverse(copy.ttl));
+            let ttl = copies[self.quorum - 1].ttl;
+            let fencing_token = copies
+                .iter()
+                .map(|copy| copy.fencing_token)
+                .max()
+                .unwrap_or(0);
+            let owner = copies.swap_remove(0).owner;
+            Ok(Some(Holder {
+                owner,
+                fencing_token,
+                ttl,
+            }))
+        })
+    }
+
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>> {
+        Box::pin(async move {
+            let channel = self.names(key).channel;
+            let watch = self.channels.register(&channel, Some(self.on_idle()));
+            let confirmations = fan_out(&self.masters, self.master_timeout, |master| {
+                master.subscriber.subscribe_and_confirm(&channel)
+            })
+            .await;
+            // A refused subscription (NOPERM) is a configuration error, not a slow master.
+            if let Some(Err(refused)) = confirmations
+                .into_iter()
+                .find(|answer| matches!(answer, Err(failure) if !failure.ambiguous))
+            {
+                return Err(refused);
+            }
+            Ok(watch)
+        })
+    }
+
+    fn watched_channels(&self) -> usize {
+        self.channels.watched()
+    }
+
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
+        Box::pin(async move {
+            let reports = fan_out(&self.masters, self.master_timeout * 20, |master| {
+                master.node.doctor()
+            })
+            .await;
+            let mut findings = Vec::new();
+            for (master, report) in self.masters.iter().zip(reports) {
+                match report {
+                    Ok(found) => findings.extend(found.into_iter().map(|finding| Finding {
+                        check: finding.check,
+                        advice: format!("master {}: {}", master.address, finding.advice),
+                    })),
+                    Err(failure) => findings.push(Finding {
+                        check: "unreachable",
+                        advice: format!(
+                            "master {} did not answer ({}); with fewer than {} of {} masters \
+                             up, no lock can be taken",
+                            master.address,
+                            failure.source,
+                            self.quorum,
+                            self.masters.len()
+                        ),
+                    }),
+                }
+            }
+            Ok(findings)
+        })
+    }
+}
