@@ -14,8 +14,9 @@ type ModPath = Vec<String>;
 struct Source {
     file: PathBuf,
     module: ModPath,
-    /// (line, path as written, is a re-export).
-    paths: Vec<(usize, Vec<String>, bool)>,
+    /// (line, inline module it is written in (`mod tests { … }`), path as written, is a
+    /// re-export).
+    paths: Vec<(usize, ModPath, Vec<String>, bool)>,
     /// Re-exported name → the path it re-exports.
     reexports: HashMap<String, Vec<String>>,
 }
@@ -123,10 +124,28 @@ fn parse(src: &Path, file: &Path, path_attrs: &HashMap<PathBuf, ModPath>) -> Sou
         .enumerate()
         .map(|(i, l)| (i + 1, l.as_str()))
         .collect();
+    // Inline modules (`mod tests {`) open here, with the brace depth they close at.
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
     let mut i = 0;
     while i < joined.len() {
         let (number, line) = joined[i];
         let trimmed = line.trim_start();
+        let opens = trimmed
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ")
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.trim_end().strip_suffix('{'))
+            .map(|name| name.trim().to_owned());
+        if let Some(name) = opens {
+            inline.push((name, depth));
+        }
+        depth += line.matches('{').count();
+        depth = depth.saturating_sub(line.matches('}').count());
+        while inline.last().is_some_and(|(_, open)| depth <= *open) {
+            inline.pop();
+        }
+        let within: ModPath = inline.iter().map(|(name, _)| name.clone()).collect();
         let is_use = trimmed.starts_with("use ")
             || (trimmed.starts_with("pub") && trimmed.contains(" use "));
         if is_use {
@@ -150,7 +169,7 @@ fn parse(src: &Path, file: &Path, path_attrs: &HashMap<PathBuf, ModPath>) -> Sou
                         .unwrap_or_else(|| parts.last().unwrap().clone());
                     reexports.insert(name, parts.clone());
                 }
-                paths.push((number, parts, public));
+                paths.push((number, within.clone(), parts, public));
             }
         } else {
             // Inline paths in code: `crate::key::validate(…)`, `super::Timeouts`.
@@ -170,7 +189,7 @@ fn parse(src: &Path, file: &Path, path_attrs: &HashMap<PathBuf, ModPath>) -> Sou
                     let end = line[at..]
                         .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                         .map_or(line.len(), |len| at + len);
-                    paths.push((number, segments(&line[at..end]), false));
+                    paths.push((number, within.clone(), segments(&line[at..end]), false));
                 }
             }
         }
@@ -349,13 +368,15 @@ fn the_runtime_has_no_module_cycles() {
     let mut edges = vec![BTreeSet::new(); krate.sources.len()];
     let mut why: BTreeMap<(usize, usize), String> = BTreeMap::new();
     for (from, source) in krate.sources.iter().enumerate() {
-        for (line, path, reexport) in &source.paths {
+        for (line, within, path, reexport) in &source.paths {
             // A re-export is how a parent shows its children's items, not a dependency of the
             // parent's own code; it is followed when resolving, above.
             if *reexport {
                 continue;
             }
-            if let Some(to) = krate.resolve(&source.module, path, 0) {
+            let mut module = source.module.clone();
+            module.extend(within.iter().cloned());
+            if let Some(to) = krate.resolve(&module, path, 0) {
                 if to != from {
                     edges[from].insert(to);
                     why.entry((from, to)).or_insert_with(|| {
