@@ -2,6 +2,7 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost.
 
+use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
 use crate::engine::Acquired;
 use crate::error::LockError;
@@ -63,7 +64,7 @@ impl Request<'_> {
     async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
         let engine = &*inner.engine;
-        // Made on the first busy reply: an uncontended acquire never reads the test hooks.
+        // Made on the first busy reply or failure.
         let mut waiting: Option<(Backoff, TestHooks)> = None;
         let mut attempts = 0u32;
         let mut failed_in_a_row = 0u32;
@@ -93,12 +94,7 @@ impl Request<'_> {
                     if remaining == Some(Duration::ZERO) {
                         return Err(self.busy(attempt.key.clone()));
                     }
-                    let (backoff, hooks) = waiting.get_or_insert_with(|| {
-                        let hooks = hooks::read(&inner.hooks);
-                        let backoff = Backoff::new(inner.settings.max_backoff)
-                            .with_floor(hooks.backoff_floor);
-                        (backoff, hooks)
-                    });
+                    let (backoff, hooks) = waiting.get_or_insert_with(|| start_waiting(inner));
                     let turn = attempt
                         .turn
                         .as_mut()
@@ -142,21 +138,35 @@ impl Request<'_> {
                         error = %failure.source,
                         "acquire round trip failed"
                     );
-                    // A lost reply is retried at once with the same owner (it costs a round
-                    // trip, never a wait or a second token); a certain failure (refused,
-                    // unreachable) only while the wait budget lasts. Either way, at most
-                    // MAX_FAILED_ATTEMPTS in a row.
-                    let budget_spent = self.deadline.is_some_and(|at| Instant::now() >= at);
-                    if failed_in_a_row >= MAX_FAILED_ATTEMPTS
-                        || (!failure.ambiguous && budget_spent)
-                    {
+                    // A lost reply is retried at once with the same owner — it costs a round
+                    // trip, never a wait or a second token — up to MAX_FAILED_ATTEMPTS in a row,
+                    // even past the wait budget. Beyond that, failures (a server down, a quorum
+                    // lost for a moment) are retried after a backoff while the wait budget
+                    // lasts, and the call ends with the error when it is spent.
+                    let retry_at_once = failure.ambiguous && failed_in_a_row < MAX_FAILED_ATTEMPTS;
+                    if retry_at_once {
+                        continue;
+                    }
+                    let remaining = self
+                        .deadline
+                        .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+                    if remaining == Some(Duration::ZERO) {
                         // Dropping `attempt` releases whatever a lost reply may have taken.
                         return Err(self.backend.backend_error("acquire", failure));
                     }
+                    let (backoff, _) = waiting.get_or_insert_with(|| start_waiting(inner));
+                    tokio::time::sleep(backoff.next_delay(remaining, None)).await;
                 }
             }
         }
     }
+}
+
+/// What waiting needs, made on the first wait: an uncontended acquire never reads the test hooks.
+fn start_waiting(inner: &BackendInner) -> (Backoff, TestHooks) {
+    let hooks = hooks::read(&inner.hooks);
+    let backoff = Backoff::new(inner.settings.max_backoff).with_floor(hooks.backoff_floor);
+    (backoff, hooks)
 }
 
 /// One key's acquisition in progress: the owner token its requests carry and the key's local

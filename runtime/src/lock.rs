@@ -143,9 +143,11 @@ impl Lock {
     /// Acquires every key (all or none) and returns the guard.
     ///
     /// Ambiguous failures (a timeout, a connection dropped after the request was sent) are retried
-    /// with the same owner token, which the server treats as "already mine": a lost reply costs one
-    /// more round trip, never a wait or a second token. After three failed round trips in a row
-    /// the error is returned, and any lock the lost replies may have taken is released.
+    /// at once with the same owner token, which the server treats as "already mine": a lost reply
+    /// costs one more round trip, never a wait or a second token — up to three in a row, even
+    /// with no wait budget. Other failures (a server down, a Redlock quorum lost for a moment) are
+    /// retried after a backoff while the wait budget lasts; when it is spent the error is
+    /// returned, and any lock the lost replies may have taken is released.
     ///
     /// # Cancel safety
     /// Dropping this future at any point leaves no lock held for longer than one round trip
