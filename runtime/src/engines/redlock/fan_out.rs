@@ -1,38 +1,67 @@
 //! One request to every master at once, each bounded by the per-master timeout: the masters are
-//! asked in parallel, never one after another, so an attempt costs the slowest answer within
-//! the timeout, not the sum.
+//! asked in parallel, never one after another, and the answers are read as they come, so a
+//! decided outcome (a quorum granted, a quorum impossible) need not wait for a slow or paused
+//! master. A request not waited for may or may not run: callers settle early only where either
+//! is harmless (a vote they will release, a renewal a quorum already made), and wait for every
+//! answer where it is not (releases).
 
 use crate::engine::{EngineFailure, EngineResult};
-use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::time::Duration;
 
-/// Runs `request` on every item of `masters` in parallel; a request that has not answered within
+/// The answers of one fan-out, in master order; `None` for a master not waited for.
+pub(crate) type Answers<T> = Vec<Option<EngineResult<T>>>;
+
+/// Runs `request` on every item of `masters` in parallel, until `settled` says the answers so far
+/// decide the outcome or every master answered; a request that has not answered within
 /// `timeout` counts as failed, and ambiguous (it may still run on its server).
+///
+/// # Cancel safety
+/// Dropping the future drops the requests' futures; those already sent still run on their
+/// servers, like lost replies. Callers keep what they need to undo them (the owner token).
 pub(crate) async fn fan_out<'m, M, T, F, Fut>(
     masters: impl IntoIterator<Item = &'m M>,
     timeout: Duration,
     request: F,
-) -> Vec<EngineResult<T>>
+    settled: impl Fn(&Answers<T>) -> bool,
+) -> Answers<T>
 where
     M: 'm,
     F: Fn(&'m M) -> Fut,
     Fut: Future<Output = EngineResult<T>>,
 {
-    join_all(masters.into_iter().map(|master| {
-        let answer = request(master);
-        async move {
-            match tokio::time::timeout(timeout, answer).await {
-                Ok(answer) => answer,
-                Err(_) => Err(EngineFailure {
-                    ambiguous: true,
-                    source: format!("no answer within the per-master timeout of {timeout:?}")
-                        .into(),
-                }),
+    let mut pending: FuturesUnordered<_> = masters
+        .into_iter()
+        .enumerate()
+        .map(|(index, master)| {
+            let answer = request(master);
+            async move {
+                let answer = match tokio::time::timeout(timeout, answer).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(EngineFailure {
+                        ambiguous: true,
+                        source: format!("no answer within the per-master timeout of {timeout:?}")
+                            .into(),
+                    }),
+                };
+                (index, answer)
             }
+        })
+        .collect();
+    let mut answers: Answers<T> = (0..pending.len()).map(|_| None).collect();
+    while let Some((index, answer)) = pending.next().await {
+        answers[index] = Some(answer);
+        if settled(&answers) {
+            break;
         }
-    }))
-    .await
+    }
+    answers
+}
+
+/// Waits for every master (within the timeout).
+pub(crate) fn all<T>(_: &Answers<T>) -> bool {
+    false
 }
 
 /// The votes needed out of `masters`: a strict majority.

@@ -4,20 +4,25 @@
 //!
 //! - **Acquire**: one owner token, the acquire script on every master in parallel (each bounded
 //!   by the per-master timeout). Each master that grants returns its *vote*: its own
-//!   `max(counter + 1, server µs)`. With a quorum (N/2 + 1) of votes the token is `T`, the
-//!   largest vote, and it is written back — `counter = max(counter, T)` and the lock's token set
-//!   to `T`, only where the lock is still ours — on the granting masters; `T` is handed out only
-//!   once a quorum confirmed the write-back and the attempt took less than the lease's validity
-//!   (TTL − drift). Anything less and the attempt's votes are released on every master at once,
-//!   so contenders that split the votes do not stall each other for a TTL.
-//! - **Why tokens stay monotonic**: a token `T` handed out was recorded on a quorum `Q` while
-//!   our lock held each of those masters. A later grant needs a quorum `Q'`, which shares a master
-//!   `m` with `Q`; its vote at `m` was taken after our lock left `m` — a master holds one lock per
-//!   key at a time, and our lock was alive there at the write-back — so after the write-back,
-//!   and that vote is at least `T + 1`. The later token is the largest vote of `Q'`, so it
-//!   exceeds `T`. Limit: a master that loses its data (restarted without persistence) within a
-//!   lease can break the intersection, as it breaks Redlock's exclusion itself; restart masters
-//!   no sooner than the longest TTL after they stopped (the study's delayed restart).
+//!   `max(counter + 1, server µs)` (or, for an owner it already granted, the token recorded for
+//!   it). With a quorum (N/2 + 1) of votes the token is `T`, the largest vote of a quorum `S` of
+//!   them (the Q lowest), and it is written back — `counter = max(counter, T)` and the lock's
+//!   token set to `T`, only where the lock is still ours — on every granting master; `T` is
+//!   handed out only once a quorum confirmed the write-back and the attempt took less than the
+//!   lease's validity (TTL − drift). Anything less and the attempt's votes are released on every
+//!   master at once, so contenders that split the votes do not stall each other for a TTL.
+//! - **Why tokens stay monotonic**: a token `T` handed out was recorded on a quorum `W` while
+//!   our lock held each of those masters. A later grant takes its token as the largest vote of a
+//!   quorum `S'`, which shares a master `m` with `W`; its vote at `m` was taken after our lock
+//!   left `m` — a master holds one lock per key at a time, and ours was alive there at the
+//!   write-back — so after the write-back, and that vote is at least `T + 1`; so is the later
+//!   token. The same argument, with `S` against every earlier `W`, shows `T` exceeds every
+//!   earlier token. It holds while fewer than a quorum of masters are faulty in all (down when a
+//!   token is granted, or losing their counters afterwards): the write-back reaches every
+//!   master that granted, so a later quorum still meets one that remembers. Limit: a master
+//!   that loses its data (restarted without persistence) within a lease breaks Redlock's
+//!   exclusion itself; restart masters no sooner than the longest TTL after they stopped (the
+//!   study's delayed restart).
 //! - **Renewal**: every master in parallel, one script call per master per batch; a lease's
 //!   validity advances only when a quorum confirmed it, and it is lost as soon as enough masters
 //!   say "gone" or "another owner" that a quorum can no longer confirm it.
@@ -41,7 +46,7 @@ use crate::hooks::SharedHooks;
 use crate::key::KeyNames;
 use crate::owner::Owner;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
-use fan_out::{fan_out, summarize};
+use fan_out::{all, fan_out, summarize, Answers};
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -133,20 +138,36 @@ impl RedlockEngine {
 
     async fn attempt(&self, names: &KeyNames, owner: &Owner, ttl: Duration) -> Attempt {
         let started = Instant::now();
-        let votes = fan_out(&self.masters, self.master_timeout, |master| {
-            master
-                .node
-                .acquire(names, owner, ttl, self.fence_counter_ttl)
-        })
+        // Every vote is waited for (within the timeout) unless enough refused that no quorum
+        // can grant: stopping at the first quorum would let a retry by the same owner read a
+        // different quorum of its recorded tokens, and a vote landing late keep its own.
+        let hopeless = |votes: &Answers<Acquired>| {
+            let refused = votes
+                .iter()
+                .filter(|vote| matches!(vote, Some(Ok(Acquired::Busy { .. }) | Err(_))))
+                .count();
+            refused >= self.blocking()
+        };
+        let votes = fan_out(
+            &self.masters,
+            self.master_timeout,
+            |master| {
+                master
+                    .node
+                    .acquire(names, owner, ttl, self.fence_counter_ttl)
+            },
+            hopeless,
+        )
         .await;
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut busy: Vec<Option<Duration>> = Vec::new();
         let mut failures = Vec::new();
         for (index, vote) in votes.into_iter().enumerate() {
             match vote {
-                Ok(Acquired::Yes { fence }) => granted.push((index, fence)),
-                Ok(Acquired::Busy { ttl }) => busy.push(ttl),
-                Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                Some(Ok(Acquired::Yes { fence })) => granted.push((index, fence)),
+                Some(Ok(Acquired::Busy { ttl })) => busy.push(ttl),
+                Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
+                None => {}
             }
         }
         if granted.len() < self.quorum {
@@ -167,6 +188,12 @@ impl RedlockEngine {
             .map(|(_, vote)| *vote)
             .max()
             .expect("a quorum");
+        let confirmations = |recorded: &Answers<bool>| {
+            recorded
+                .iter()
+                .filter(|answer| matches!(answer, Some(Ok(true))))
+                .count()
+        };
         let recorded = fan_out(
             granted.iter().map(|(index, _)| &self.masters[*index]),
             self.master_timeout,
@@ -175,12 +202,10 @@ impl RedlockEngine {
                     .node
                     .write_back_fence(names, owner, token, self.fence_counter_ttl)
             },
+            |recorded| confirmations(recorded) >= self.quorum,
         )
         .await;
-        let confirmed = recorded
-            .iter()
-            .filter(|answer| matches!(answer, Ok(true)))
-            .count();
+        let confirmed = confirmations(&recorded);
         let validity =
             ttl.saturating_sub(ttl.mul_f64(self.drift_factor) + Duration::from_millis(2));
         let elapsed = started.elapsed();
@@ -200,16 +225,52 @@ impl RedlockEngine {
         Attempt::Granted(token)
     }
 
-    /// Releases `owner`'s lock (or votes) on every master; the answers, in master order.
-    async fn release_everywhere(
-        &self,
-        names: &KeyNames,
-        owner: &Owner,
-    ) -> Vec<EngineResult<ReleaseReply>> {
-        fan_out(&self.masters, self.master_timeout, |master| {
-            master.node.release(names, owner)
-        })
+    /// Releases `owner`'s lock (or votes) on every master, and waits for every answer (within
+    /// the per-master timeout): a release not yet sent when its future is dropped — one still
+    /// loading its script after NOSCRIPT, say — would leave a copy until its TTL.
+    async fn release_everywhere(&self, names: &KeyNames, owner: &Owner) -> Answers<ReleaseReply> {
+        fan_out(
+            &self.masters,
+            self.master_timeout,
+            |master| master.node.release(names, owner),
+            all,
+        )
         .await
+    }
+
+    /// Per lease of a renewal batch: how many masters said ours, gone, another owner's.
+    fn tally(
+        &self,
+        leases: usize,
+        answers: &Answers<Vec<Ownership>>,
+    ) -> Vec<(usize, usize, usize)> {
+        let mut tallies = vec![(0, 0, 0); leases];
+        for ownerships in answers.iter().flatten().flatten() {
+            for (tally, ownership) in tallies.iter_mut().zip(ownerships) {
+                match ownership {
+                    Ownership::Ours => tally.0 += 1,
+                    Ownership::Gone => tally.1 += 1,
+                    Ownership::Foreign => tally.2 += 1,
+                }
+            }
+        }
+        tallies
+    }
+
+    /// A lease's renewal, decided: ours with a quorum, lost once a quorum became impossible,
+    /// undecided otherwise.
+    fn verdict(&self, (ours, gone, foreign): (usize, usize, usize)) -> Option<Ownership> {
+        if ours >= self.quorum {
+            Some(Ownership::Ours)
+        } else if gone + foreign >= self.blocking() {
+            Some(if foreign > 0 {
+                Ownership::Foreign
+            } else {
+                Ownership::Gone
+            })
+        } else {
+            None
+        }
     }
 
     fn on_idle(&self) -> OnIdleHook {
@@ -273,34 +334,38 @@ impl Engine for RedlockEngine {
             let mut failures = Vec::new();
             for (index, answer) in answers.into_iter().enumerate() {
                 match answer {
-                    Ok(ReleaseReply::Found(Ownership::Ours)) => ours += 1,
-                    Ok(ReleaseReply::ReleasedUnannounced) => {
+                    Some(Ok(ReleaseReply::Found(Ownership::Ours))) => ours += 1,
+                    Some(Ok(ReleaseReply::ReleasedUnannounced)) => {
                         report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
                         ours += 1;
                     }
-                    Ok(ReleaseReply::Found(Ownership::Gone)) => gone += 1,
-                    Ok(ReleaseReply::Found(Ownership::Foreign)) => foreign += 1,
-                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                    Some(Ok(ReleaseReply::Found(Ownership::Gone))) => gone += 1,
+                    Some(Ok(ReleaseReply::Found(Ownership::Foreign))) => foreign += 1,
+                    Some(Err(failure)) => {
+                        failures.push((self.masters[index].address.clone(), failure))
+                    }
+                    None => {}
                 }
             }
-            // A master that could not be reached keeps its copy until its TTL: a minority
-            // cannot make a quorum for anyone, so the lock is free.
-            if ours > 0 {
+            // Judged as the lock is judged, by quorum: ours if a quorum still held it (a stale
+            // copy on a minority does not make an expired lock ours), counting the masters that
+            // did not answer as possibly ours. A master that could not be reached keeps its copy
+            // until its TTL; a minority cannot grant anyone.
+            if ours >= self.quorum || (ours > 0 && ours + failures.len() >= self.quorum) {
                 return Ok(Ownership::Ours);
             }
-            if gone + foreign < self.quorum {
-                return Err(summarize(
-                    "release",
-                    failures,
-                    self.masters.len(),
-                    self.quorum,
-                ));
+            if foreign >= self.quorum {
+                return Ok(Ownership::Foreign);
             }
-            Ok(if foreign >= self.quorum {
-                Ownership::Foreign
-            } else {
-                Ownership::Gone
-            })
+            if ours + gone + foreign >= self.quorum {
+                return Ok(Ownership::Gone);
+            }
+            Err(summarize(
+                "release",
+                failures,
+                self.masters.len(),
+                self.quorum,
+            ))
         })
     }
 
@@ -310,26 +375,26 @@ impl Engine for RedlockEngine {
     ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
         Box::pin(async move {
             let locks: Vec<String> = batch.iter().map(|item| self.names(item.key).lock).collect();
-            let answers = fan_out(&self.masters, self.master_timeout, |master| {
-                master.node.renew(&locks, batch)
-            })
+            let answers = fan_out(
+                &self.masters,
+                self.master_timeout,
+                |master| master.node.renew(&locks, batch),
+                |answers| {
+                    self.tally(batch.len(), answers)
+                        .iter()
+                        .all(|tally| self.verdict(*tally).is_some())
+                },
+            )
             .await;
-            let mut tallies = vec![(0usize, 0usize, 0usize); batch.len()];
-            let mut failures = Vec::new();
-            for (index, answer) in answers.into_iter().enumerate() {
-                match answer {
-                    Ok(ownerships) => {
-                        for (tally, ownership) in tallies.iter_mut().zip(ownerships) {
-                            match ownership {
-                                Ownership::Ours => tally.0 += 1,
-                                Ownership::Gone => tally.1 += 1,
-                                Ownership::Foreign => tally.2 += 1,
-                            }
-                        }
-                    }
-                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
-                }
-            }
+            let tallies = self.tally(batch.len(), &answers);
+            let failures: Vec<(String, EngineFailure)> = answers
+                .into_iter()
+                .enumerate()
+                .filter_map(|(index, answer)| match answer {
+                    Some(Err(failure)) => Some((self.masters[index].address.clone(), failure)),
+                    _ => None,
+                })
+                .collect();
             if failures.len() == self.masters.len() {
                 return Err(summarize(
                     "renew",
@@ -340,19 +405,7 @@ impl Engine for RedlockEngine {
             }
             Ok(tallies
                 .into_iter()
-                .map(|(ours, gone, foreign)| {
-                    if ours >= self.quorum {
-                        Some(Ownership::Ours)
-                    } else if gone + foreign >= self.blocking() {
-                        Some(if foreign > 0 {
-                            Ownership::Foreign
-                        } else {
-                            Ownership::Gone
-                        })
-                    } else {
-                        None
-                    }
-                })
+                .map(|tally| self.verdict(tally))
                 .collect())
         })
     }
@@ -360,16 +413,19 @@ impl Engine for RedlockEngine {
     fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
         Box::pin(async move {
             let names = self.names(key);
-            let answers = fan_out(&self.masters, self.master_timeout, |master| {
-                master.node.inspect(&names)
-            })
+            let answers = fan_out(
+                &self.masters,
+                self.master_timeout,
+                |master| master.node.inspect(&names),
+                all,
+            )
             .await;
             let mut by_owner: HashMap<String, Vec<Holder>> = HashMap::new();
             let mut failures = Vec::new();
             let mut answered = 0;
             for (index, answer) in answers.into_iter().enumerate() {
                 match answer {
-                    Ok(holder) => {
+                    Some(Ok(holder)) => {
                         answered += 1;
                         if let Some(holder) = holder {
                             by_owner
@@ -378,7 +434,10 @@ impl Engine for RedlockEngine {
                                 .push(holder);
                         }
                     }
-                    Err(failure) => failures.push((self.masters[index].address.clone(), failure)),
+                    Some(Err(failure)) => {
+                        failures.push((self.masters[index].address.clone(), failure))
+                    }
+                    None => {}
                 }
             }
             let held = by_owner
@@ -395,14 +454,14 @@ impl Engine for RedlockEngine {
                 }
                 return Ok(None);
             };
-            // The lock lives as long as a quorum of its copies: the quorum-th longest TTL.
+            // The lock lives as long as a quorum of its copies: the quorum-th longest TTL. Its
+            // token is the one recorded on a quorum: the quorum-th lowest (a vote that landed
+            // late on another master may be higher).
             copies.sort_by_key(|copy| std::cmp::Reverse(copy.ttl));
             let ttl = copies[self.quorum - 1].ttl;
-            let fencing_token = copies
-                .iter()
-                .map(|copy| copy.fencing_token)
-                .max()
-                .unwrap_or(0);
+            let mut tokens: Vec<u64> = copies.iter().map(|copy| copy.fencing_token).collect();
+            tokens.sort_unstable();
+            let fencing_token = tokens[self.quorum - 1];
             let owner = copies.swap_remove(0).owner;
             Ok(Some(Holder {
                 owner,
@@ -416,14 +475,17 @@ impl Engine for RedlockEngine {
         Box::pin(async move {
             let channel = self.names(key).channel;
             let watch = self.channels.register(&channel, Some(self.on_idle()));
-            let confirmations = fan_out(&self.masters, self.master_timeout, |master| {
-                master.subscriber.subscribe_and_confirm(&channel)
-            })
+            let confirmations = fan_out(
+                &self.masters,
+                self.master_timeout,
+                |master| master.subscriber.subscribe_and_confirm(&channel),
+                all,
+            )
             .await;
             // A refused subscription (NOPERM) is a configuration error, not a slow master.
-            if let Some(Err(refused)) = confirmations
+            if let Some(Some(Err(refused))) = confirmations
                 .into_iter()
-                .find(|answer| matches!(answer, Err(failure) if !failure.ambiguous))
+                .find(|answer| matches!(answer, Some(Err(failure)) if !failure.ambiguous))
             {
                 return Err(refused);
             }
@@ -437,13 +499,16 @@ impl Engine for RedlockEngine {
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move {
-            let reports = fan_out(&self.masters, self.master_timeout * 20, |master| {
-                master.node.doctor()
-            })
+            let reports = fan_out(
+                &self.masters,
+                self.master_timeout * 20,
+                |master| master.node.doctor(),
+                all,
+            )
             .await;
             let mut findings = Vec::new();
             for (master, report) in self.masters.iter().zip(reports) {
-                match report {
+                match report.expect("every master is waited for") {
                     Ok(found) => findings.extend(found.into_iter().map(|finding| Finding {
                         check: finding.check,
                         advice: format!("master {}: {}", master.address, finding.advice),
