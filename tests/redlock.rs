@@ -1,0 +1,673 @@
+//! Redlock over five real masters: exclusion and monotonic fencing tokens while masters are
+//! paused and killed under several contending processes, split votes that do not stall, a
+//! majority down, slow and paused masters, a lost reply from one master, and configuration.
+//!
+//! The conformance suite also runs on Redlock (three masters), in `conformance.rs`.
+
+mod common;
+
+use common::worker::{self, Worker};
+use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason, Registry};
+use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use redis::AsyncCommands;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PREFIX: &str = "rl";
+const MASTER_TIMEOUT: Duration = Duration::from_millis(50);
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+fn lock_key(key: &str) -> String {
+    format!("{PREFIX}:{{{key}}}")
+}
+
+/// A tiny xorshift, seeded from the clock and printed, so a failing schedule can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> (Rng, u64) {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        (Rng(seed), seed)
+    }
+
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % bound as u64) as usize
+    }
+}
+
+/// The entry point of every worker process; a no-op in a normal test run.
+#[test]
+fn worker_entry() {
+    let Some(role) = worker::role() else { return };
+    let masters: Vec<String> = std::env::var("MASTERS")
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    worker::runtime().block_on(async move {
+        match role.as_str() {
+            "chaos" => chaos_worker(masters).await,
+            "split" => split_worker(masters).await,
+            other => panic!("unknown worker role {other}"),
+        }
+    });
+}
+
+const CHAOS_PROCESSES: usize = 3;
+const CHAOS_TASKS: usize = 4;
+const CHAOS_SECTIONS: usize = 15;
+
+/// Sections on one key, each checking it is alone, writing to a fenced resource and logging its
+/// token in order, on a resource server of its own.
+async fn chaos_worker(masters: Vec<String>) {
+    let resource = std::env::var("RESOURCE_URL").unwrap();
+    let backend = Backend::redlock(masters)
+        .prefix(PREFIX)
+        .watchdog_timeout(Duration::from_secs(2))
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap();
+    let client = redis::Client::open(resource.as_str()).unwrap();
+    let fenced = Arc::new(FencedStore::open(&resource).unwrap());
+    worker::report("ready", "");
+    let go = tokio::task::spawn_blocking(worker::read_line)
+        .await
+        .unwrap();
+    assert_eq!(go, "go");
+    let mut tasks = Vec::new();
+    for _ in 0..CHAOS_TASKS {
+        let backend = backend.clone();
+        let fenced = fenced.clone();
+        let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let (mut overlaps, mut rejected, mut errors) = (0u64, 0u64, Vec::new());
+            for _ in 0..CHAOS_SECTIONS {
+                let section = Lock::new("chaos")
+                    .on(&backend)
+                    .wait(Duration::from_secs(60))
+                    .run(async {
+                        let inside: i64 = redis.incr("inside", 1).await.unwrap();
+                        overlaps += (inside != 1) as u64;
+                        let token = distlock::fencing_token().unwrap();
+                        let written = fenced.write("resource", token, b"x").await.unwrap();
+                        rejected += (written != FencedWrite::Applied) as u64;
+                        let _: i64 = redis.rpush("tokens", token).await.unwrap();
+                        let _: i64 = redis.decr("inside", 1).await.unwrap();
+                    })
+                    .await;
+                if let Err(err) = section {
+                    errors.push(err.to_string());
+                }
+            }
+            (overlaps, rejected, errors)
+        }));
+    }
+    let (mut overlaps, mut rejected, mut errors) = (0, 0, Vec::new());
+    for task in tasks {
+        let (o, r, e) = task.await.unwrap();
+        overlaps += o;
+        rejected += r;
+        errors.extend(e);
+    }
+    worker::report(
+        "done",
+        format!(
+            "{overlaps} {rejected} {} {}",
+            errors.len(),
+            errors.join(" | ")
+        ),
+    );
+}
+
+#[test]
+fn processes_never_overlap_while_masters_are_paused_and_killed() {
+    let masters = Arc::new(Mutex::new(RedisServer::start_many(5)));
+    let resource = RedisServer::start();
+    let master_urls = urls(&masters.lock().unwrap()).join(",");
+    let mut workers: Vec<Worker> = (0..CHAOS_PROCESSES)
+        .map(|_| {
+            Worker::spawn(
+                "worker_entry",
+                "chaos",
+                &[
+                    ("MASTERS", master_urls.clone()),
+                    ("RESOURCE_URL", resource.url()),
+                ],
+            )
+        })
+        .collect();
+    for worker in &workers {
+        worker.expect("ready", Duration::from_secs(30));
+    }
+    let sections = CHAOS_PROCESSES * CHAOS_TASKS * CHAOS_SECTIONS;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (mut rng, seed) = Rng::seeded();
+    // The chaos: one master at a time paused for 100 ms at random, every half second or so; two
+    // killed once a third of the sections are done (from then on every pause takes the quorum
+    // away for its duration).
+    let chaos = {
+        let (masters, done, resource_addr) = (masters.clone(), done.clone(), resource.addr());
+        std::thread::spawn(move || {
+            let mut alive: Vec<usize> = (0..5).collect();
+            let mut killed = Vec::new();
+            let mut pauses = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let progress = distlock_test_support::command_at(
+                    resource_addr,
+                    &["LLEN", "tokens"],
+                    Duration::from_secs(5),
+                )
+                .unwrap()
+                .as_int()
+                .unwrap() as usize;
+                if killed.is_empty() && progress >= sections / 3 {
+                    for _ in 0..2 {
+                        let victim = alive.remove(rng.below(alive.len()));
+                        masters.lock().unwrap()[victim].kill();
+                        killed.push(victim);
+                    }
+                }
+                let paused = alive[rng.below(alive.len())];
+                masters.lock().unwrap()[paused].pause();
+                std::thread::sleep(Duration::from_millis(100));
+                masters.lock().unwrap()[paused].resume();
+                pauses += 1;
+                std::thread::sleep(Duration::from_millis(300 + rng.below(200) as u64));
+            }
+            (pauses, killed)
+        })
+    };
+    let started = Instant::now();
+    for worker in &mut workers {
+        worker.send("go");
+    }
+    let (mut overlaps, mut rejected, mut errors) = (0u64, 0u64, Vec::new());
+    for worker in &workers {
+        let report = worker.expect("done", Duration::from_secs(240));
+        let mut fields = report.splitn(4, ' ');
+        overlaps += fields.next().unwrap().parse::<u64>().unwrap();
+        rejected += fields.next().unwrap().parse::<u64>().unwrap();
+        let failed: usize = fields.next().unwrap().parse().unwrap();
+        if failed > 0 {
+            errors.push(fields.next().unwrap_or_default().to_owned());
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (pauses, killed) = chaos.join().unwrap();
+    for worker in &mut workers {
+        assert!(worker.wait().success());
+    }
+    let tokens: Vec<u64> = resource
+        .command(&["LRANGE", "tokens", "0", "-1"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| token.as_str().unwrap().parse().unwrap())
+        .collect();
+    let regressions = tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count();
+    eprintln!(
+        "REDLOCK chaos (seed {seed:#x}): {CHAOS_PROCESSES} processes x {CHAOS_TASKS} tasks, \
+         {} of {sections} sections in {:?} with {pauses} master pauses and masters {killed:?} \
+         killed: {overlaps} overlaps, {regressions} token regressions, {rejected} fenced writes \
+         rejected, {} failed sections",
+        tokens.len(),
+        started.elapsed(),
+        errors.len()
+    );
+    assert!(errors.is_empty(), "sections failed: {errors:?}");
+    assert_eq!(tokens.len(), sections, "every section completed");
+    assert_eq!(killed.len(), 2, "two masters were killed midway");
+    assert!(pauses >= 5, "masters were paused: {pauses}");
+    assert_eq!(overlaps, 0, "two holders were inside at once");
+    assert_eq!(regressions, 0, "fencing tokens went back");
+    assert_eq!(rejected, 0, "a holder's fenced write was rejected");
+}
+
+const SPLIT_TASKS: usize = 4;
+const SPLIT_SECTIONS: usize = 20;
+
+/// Contenders with a client each (no local queue between them), short sections, 5 s budgets.
+async fn split_worker(masters: Vec<String>) {
+    worker::report("ready", "");
+    let go = tokio::task::spawn_blocking(worker::read_line)
+        .await
+        .unwrap();
+    assert_eq!(go, "go");
+    let mut tasks = Vec::new();
+    for _ in 0..SPLIT_TASKS {
+        let backend = Backend::redlock(masters.clone())
+            .prefix(PREFIX)
+            .master_timeout(MASTER_TIMEOUT)
+            .build()
+            .unwrap();
+        tasks.push(tokio::spawn(async move {
+            let (mut timeouts, mut errors) = (0u64, 0u64);
+            for _ in 0..SPLIT_SECTIONS {
+                match Lock::new("split")
+                    .on(&backend)
+                    .wait(Duration::from_secs(5))
+                    .run(tokio::task::yield_now())
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(err) if err.is_busy() => timeouts += 1,
+                    Err(_) => errors += 1,
+                }
+            }
+            (timeouts, errors, backend.stats().busy_replies)
+        }));
+    }
+    let (mut timeouts, mut errors, mut busy) = (0, 0, 0);
+    for task in tasks {
+        let (t, e, b) = task.await.unwrap();
+        timeouts += t;
+        errors += e;
+        busy += b;
+    }
+    worker::report("done", format!("{timeouts} {errors} {busy}"));
+}
+
+#[test]
+fn contenders_that_split_the_votes_do_not_stall() {
+    let masters = RedisServer::start_many(5);
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|_| {
+            Worker::spawn(
+                "worker_entry",
+                "split",
+                &[("MASTERS", urls(&masters).join(","))],
+            )
+        })
+        .collect();
+    for worker in &workers {
+        worker.expect("ready", Duration::from_secs(30));
+    }
+    let started = Instant::now();
+    for worker in &mut workers {
+        worker.send("go");
+    }
+    let (mut timeouts, mut errors, mut busy) = (0, 0, 0);
+    for worker in &workers {
+        let report = worker.expect("done", Duration::from_secs(120));
+        let figures: Vec<u64> = report.split(' ').map(|n| n.parse().unwrap()).collect();
+        timeouts += figures[0];
+        errors += figures[1];
+        busy += figures[2];
+    }
+    for worker in &mut workers {
+        assert!(worker.wait().success());
+    }
+    let sections = 2 * SPLIT_TASKS * SPLIT_SECTIONS;
+    eprintln!(
+        "REDLOCK split votes: 8 contenders (a client each) in 2 processes, {sections} sections \
+         in {:?}: {timeouts} timeouts, {errors} errors, {busy} busy replies",
+        started.elapsed()
+    );
+    assert!(busy > 0, "the contenders never met: nothing was tested");
+    assert_eq!((timeouts, errors), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_majority_down_every_call_ends_within_its_budget() {
+    let mut masters = RedisServer::start_many(5);
+    let backend = Backend::redlock(urls(&masters))
+        .prefix(PREFIX)
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    for server in &mut masters[..3] {
+        server.kill();
+    }
+    let margin = Duration::from_millis(100);
+    for budget in [Duration::ZERO, Duration::from_millis(300)] {
+        let mut calls = Vec::new();
+        for i in 0..8 {
+            let backend = backend.clone();
+            calls.push(tokio::spawn(async move {
+                let started = Instant::now();
+                let outcome = Lock::new(format!("down-{i}"))
+                    .on(&backend)
+                    .wait(budget)
+                    .acquire()
+                    .await;
+                (started.elapsed(), outcome)
+            }));
+        }
+        for call in calls {
+            let (took, outcome) = tokio::time::timeout(Duration::from_secs(10), call)
+                .await
+                .expect("a call hung")
+                .unwrap();
+            let err = outcome.expect_err("no quorum with 3 of 5 masters down");
+            assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+            assert!(
+                err.to_string().contains("no quorum for acquire"),
+                "the error says why: {err}"
+            );
+            assert!(
+                took <= budget + MASTER_TIMEOUT * 3 + margin,
+                "with a {budget:?} budget the call took {took:?}"
+            );
+        }
+    }
+    assert_eq!(backend.stats().left_to_expire, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_slower_than_the_timeout_counts_as_a_refused_vote() {
+    let masters = RedisServer::start_many(3);
+    let slow = [
+        FaultProxy::start(masters[0].addr()).await,
+        FaultProxy::start(masters[1].addr()).await,
+    ];
+    let backend = Backend::redlock([slow[0].url(), slow[1].url(), masters[2].url()])
+        .prefix(PREFIX)
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+
+    // One slow master of three: a quorum without it, at the cost of the timeout, not its delay.
+    slow[0].set_delay(Duration::from_millis(100));
+    let started = Instant::now();
+    let guard = Lock::new("slow").on(&backend).acquire().await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < MASTER_TIMEOUT + Duration::from_millis(100),
+        "took {took:?}"
+    );
+    assert!(backend.inspect("slow").await.unwrap().is_some());
+    guard.release().await.unwrap();
+
+    // Two slow masters: no quorum; the call ends with the error within its budget.
+    slow[1].set_delay(Duration::from_millis(100));
+    let started = Instant::now();
+    let err = Lock::new("slower")
+        .on(&backend)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        took < Duration::from_millis(300) + MASTER_TIMEOUT * 3,
+        "took {took:?}"
+    );
+    // The late votes land, and the releases sent after them remove them: nothing is left.
+    for proxy in &slow {
+        proxy.set_delay(Duration::ZERO);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: i64 = masters
+            .iter()
+            .map(|server| {
+                server
+                    .command(&["EXISTS", &lock_key("slower")])
+                    .as_int()
+                    .unwrap()
+            })
+            .sum();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} copies of a failed acquire left"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_from_one_master_does_not_cost_its_vote() {
+    let masters = RedisServer::start_many(3);
+    let proxy = FaultProxy::start(masters[0].addr()).await;
+    let ttl = Duration::from_millis(600);
+    let backend = Backend::redlock([proxy.url(), masters[1].url(), masters[2].url()])
+        .prefix(PREFIX)
+        .watchdog_timeout(ttl)
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    // The first master grants, and its answer is lost on the way back.
+    proxy.drop_next_reply_matching(b"*2\r\n:1\r\n", true);
+    let guard = Lock::new("lost").on(&backend).acquire().await.unwrap();
+    assert_eq!(proxy.dropped().await, 1);
+    let holder = backend.inspect("lost").await.unwrap().unwrap();
+    // Two periods of renewal later, the master whose reply was lost holds the lock too, renewed.
+    tokio::time::sleep(ttl * 2 / 3).await;
+    let copy = masters[0].command(&["HGET", &lock_key("lost"), "owner"]);
+    assert_eq!(copy.as_str(), Some(holder.owner), "the vote stands");
+    let pttl = masters[0]
+        .command(&["PTTL", &lock_key("lost")])
+        .as_int()
+        .unwrap();
+    assert!(
+        pttl > ttl.as_millis() as i64 / 2,
+        "and is renewed: {pttl} ms"
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_survives_one_paused_master_and_is_lost_in_time_without_a_quorum() {
+    let masters = RedisServer::start_many(5);
+    let ttl = Duration::from_millis(600);
+    let backend = Backend::redlock(urls(&masters))
+        .prefix(PREFIX)
+        .watchdog_timeout(ttl)
+        .master_timeout(MASTER_TIMEOUT)
+        // A wide drift margin, so "lost before the servers let go" is not a race.
+        .clock_drift_factor(0.1)
+        .build()
+        .unwrap();
+
+    let guard = Lock::new("one-paused")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap();
+    masters[0].pause();
+    let before = backend.stats().renewed;
+    tokio::time::sleep(ttl * 3).await;
+    let renewed = backend.stats().renewed - before;
+    masters[0].resume();
+    assert!(guard.is_held(), "{:?}", guard.check());
+    assert!(renewed >= 6, "renewed by the four others: {renewed}");
+    guard.release().await.unwrap();
+
+    let guard = Lock::new("three-paused")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap();
+    for server in &masters[..3] {
+        server.pause();
+    }
+    let paused_at = Instant::now();
+    let lost = tokio::time::timeout(ttl * 2, guard.lost())
+        .await
+        .expect("reported lost before two TTLs");
+    let lost_after = paused_at.elapsed();
+    // The unpaused masters still hold the lock: the holder knew before the servers let go.
+    let left = masters[3]
+        .command(&["PTTL", &lock_key("three-paused")])
+        .as_int()
+        .unwrap();
+    for server in &masters[..3] {
+        server.resume();
+    }
+    assert_eq!(lost.lost_reason(), Some(LostReason::Expired), "{lost:?}");
+    assert!(lost_after <= ttl, "lost after {lost_after:?}");
+    assert!(
+        left > 0,
+        "reported lost only after the servers let go (PTTL {left})"
+    );
+    eprintln!(
+        "REDLOCK paused masters: one of five paused for 3 TTLs, {renewed} renewals, still held; \
+         three paused: lost (Expired) {lost_after:?} after the pause, {left} ms before the \
+         servers' copies expired"
+    );
+}
+
+/// Tokens stay monotonic across quorums when the largest vote came from a master that is then
+/// out of the next quorum, and when a minority loses its counters: only the write-back makes
+/// this hold (the masters' clocks are one clock here, so a master far ahead is simulated by its
+/// counter).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_stay_monotonic_across_different_quorums() {
+    let masters = RedisServer::start_many(5);
+    let backend = Backend::redlock(urls(&masters))
+        .prefix(PREFIX)
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap();
+    let counter = format!("{}:fence", lock_key("fenced"));
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let (mut rng, seed) = Rng::seeded();
+    let mut last = 0u64;
+    let mut regressions = 0;
+    for grant in 0..300 {
+        // Every 20 grants, some master's counter jumps an hour ahead (a clock that was ahead).
+        if grant % 20 == 0 {
+            let ahead = (now_us + 3_600_000_000 + grant as u64 * 1_000_000).to_string();
+            let master = rng.below(5);
+            assert_eq!(
+                masters[master].command(&["SET", &counter, &ahead]),
+                Reply::Simple("OK".into())
+            );
+        }
+        // Faults: one master paused, or one master's counter lost — never more than two at once.
+        let paused = (rng.below(3) == 0).then(|| rng.below(5));
+        if let Some(master) = paused {
+            masters[master].pause();
+        }
+        if rng.below(4) == 0 {
+            let lost = rng.below(5);
+            if Some(lost) != paused {
+                masters[lost].command(&["DEL", &counter]);
+            }
+        }
+        let token = Lock::new("fenced")
+            .on(&backend)
+            .run(async { distlock::fencing_token().unwrap() })
+            .await
+            .unwrap();
+        if let Some(master) = paused {
+            masters[master].resume();
+        }
+        regressions += (token <= last) as usize;
+        last = token;
+    }
+    eprintln!(
+        "REDLOCK fencing (seed {seed:#x}): 300 grants over changing quorums with counters jumping \
+         ahead and lost: {regressions} regressions"
+    );
+    assert_eq!(regressions, 0, "tokens went back across quorums");
+    assert!(last > now_us + 3_600_000_000, "the jumps ahead were seen");
+}
+
+#[tokio::test]
+async fn redlock_configuration_errors_name_the_problem() {
+    let two = Backend::redlock(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        two.contains("lists 2 masters; Redlock needs at least 3"),
+        "{two}"
+    );
+    let twice = Backend::redlock([
+        "redis://127.0.0.1:7001",
+        "redis://:secret@127.0.0.1:7001",
+        "redis://127.0.0.1:7002",
+    ])
+    .build()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        twice.contains("names the master 127.0.0.1:7001 twice"),
+        "{twice}"
+    );
+    assert!(!twice.contains("secret"), "{twice}");
+    let memory = Backend::builder("redis://127.0.0.1:1,memory://,redis://127.0.0.1:2")
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(memory.contains("is not a Redis URL"), "{memory}");
+    let single = Backend::builder("redis://127.0.0.1:1")
+        .master_timeout(MASTER_TIMEOUT)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(single.contains("it applies to Redlock"), "{single}");
+    let slow = Backend::redlock([
+        "redis://127.0.0.1:1",
+        "redis://127.0.0.1:2",
+        "redis://127.0.0.1:3",
+    ])
+    .watchdog_timeout(Duration::from_millis(300))
+    .master_timeout(Duration::from_millis(100))
+    .build()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        slow.contains("less than a third of watchdog_timeout"),
+        "{slow}"
+    );
+}
+
+/// The only test of this binary that uses the `"default"` backend, built from the environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comma_separated_distlock_url_means_redlock() {
+    let masters = RedisServer::start_many(3);
+    std::env::set_var(distlock::ENV_URL, urls(&masters).join(","));
+    std::env::set_var(distlock::ENV_PREFIX, PREFIX);
+    let token = Lock::new("from-env")
+        .run(async { distlock::fencing_token() })
+        .await
+        .unwrap();
+    assert!(token.is_some());
+    let backend = Registry::global().get("default").unwrap();
+    assert!(format!("{backend:?}").contains("redlock"), "{backend:?}");
+    let copies: i64 = masters
+        .iter()
+        .map(|server| {
+            server
+                .command(&["EXISTS", &format!("{}:fence", lock_key("from-env"))])
+                .as_int()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(copies, 3, "every master voted");
+}
