@@ -1,6 +1,7 @@
 //! Cancellation at random points: locked calls dropped before their acquire is sent, with it in
 //! flight, while waiting, in the body and with the release in flight must leave no lock held
-//! 200 ms after the last cancellation, on the in-process backend and on a real Redis.
+//! 200 ms after the last cancellation, on the in-process backend, a real Redis and Redlock over
+//! three real masters.
 //!
 //! tokio's timer only resolves milliseconds, so the cancellations are fired from a thread of
 //! their own, which sleeps and then spins to its target instant: microsecond resolution. Each call
@@ -9,7 +10,7 @@
 
 mod common;
 
-use common::{Fixture, InProcess, SingleRedis};
+use common::{Fixture, InProcess, Redlock, SingleRedis};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lock, LockError, Registry};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -74,6 +75,7 @@ macro_rules! annotated {
 }
 annotated!(annotated_in_process, "cancel-in-process");
 annotated!(annotated_redis, "cancel-redis");
+annotated!(annotated_redlock, "cancel-redlock");
 
 type BoxedCall<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LockError>> + Send + 'a>>;
@@ -291,7 +293,7 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     // Every phase the backend can be dropped in was hit, many times: in-process acquires and
     // releases complete without yielding, so only Redis has those two windows.
     let mut phases = vec![("wait", counts.wait), ("body", counts.body)];
-    if fx.kind() == "redis" {
+    if fx.kind() != "in-process" {
         phases.extend([("acquire", counts.acquire), ("release", counts.release)]);
     }
     for (name, hits) in phases {
@@ -312,6 +314,10 @@ fn attr_redis<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_redis(key, probe))
 }
 
+fn attr_redlock<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_redlock(key, probe))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_in_process() {
     cancelled_calls_leave_nothing_held::<InProcess>("cancel-in-process", attr_in_process).await;
@@ -320,6 +326,11 @@ async fn cancelled_calls_leave_no_lock_held_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_redis() {
     cancelled_calls_leave_nothing_held::<SingleRedis>("cancel-redis", attr_redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_redlock() {
+    cancelled_calls_leave_nothing_held::<Redlock>("cancel-redlock", attr_redlock).await;
 }
 
 /// With no runtime left to run a background release, the lock expires by its TTL, and the stats
