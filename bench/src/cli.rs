@@ -23,6 +23,9 @@ WORKLOADS:
                  sections/s, fairness, handoff and wait latency, Redis commands per acquired lock
     held         --leases leases held at once: renewal calls, Redis CPU and client CPU per period
     attribute    #[distributed_lock] against the programmatic API on the in-process backend, in ns
+    redlock      Redlock over --masters servers of their own: distlock's Redlock engine beside
+                 rslock's and redlock's multi-server modes, sequential and --contenders tasks on
+                 one key: cycles/s, critical sections/s, fairness, timeouts
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -38,6 +41,7 @@ OPTIONS:
     --contenders N       tasks of the one-process contended workload (even) [default: 8]
     --cs-us N            critical-section length in microseconds, busy work [default: 10]
     --leases N           leases of the held-leases workload [default: 10000]
+    --masters N          Redis masters of the redlock workload [default: 5]
     --lease-ttl-ms N     lease TTL of the held-leases workload [default: 3000]
     --json-only          print only the JSON line
     -h, --help           print this help
@@ -55,15 +59,17 @@ pub(crate) enum Workload {
     Contended,
     Held,
     Attribute,
+    Redlock,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 5] = [
+    pub(crate) const ALL: [Workload; 6] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
         Workload::Held,
         Workload::Attribute,
+        Workload::Redlock,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -73,6 +79,7 @@ impl Workload {
             Workload::Contended => "contended",
             Workload::Held => "held",
             Workload::Attribute => "attribute",
+            Workload::Redlock => "redlock",
         }
     }
 }
@@ -92,6 +99,8 @@ pub(crate) struct Config {
     pub(crate) critical_section: Duration,
     pub(crate) leases: usize,
     pub(crate) lease_ttl: Duration,
+    /// Masters of the Redlock workload.
+    pub(crate) masters: usize,
     /// redis-benchmark requests at one connection, and at `tasks` connections.
     pub(crate) floor_requests: (u64, u64),
     /// Attribute workload: rounds × calls per round and variant.
@@ -114,6 +123,7 @@ impl Config {
             critical_section: Duration::from_micros(10),
             leases: 10_000,
             lease_ttl: Duration::from_millis(3000),
+            masters: 5,
             floor_requests: (20_000, 150_000),
             attribute_rounds: (15, 20_000),
             json_only: false,
@@ -245,6 +255,15 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
             }
             "--cs-us" => config.critical_section = Duration::from_micros(number(flag, value()?)?),
             "--leases" => config.leases = positive(flag, value()?)?,
+            "--masters" => {
+                let masters = positive(flag, value()?)?;
+                if masters < 3 {
+                    return Err(format!(
+                        "`--masters` is {masters}; Redlock needs at least 3 masters (3 or 5)"
+                    ));
+                }
+                config.masters = masters;
+            }
             "--lease-ttl-ms" => {
                 let ms: u64 = number(flag, value()?)?;
                 if ms < 300 {

@@ -72,9 +72,11 @@ pub(crate) enum Held {
 }
 
 impl Client {
-    /// A client of `lib` on the Redis at `url`. Connections open lazily, on first use, as each
+    /// A client of `lib` on the Redis at `url` — or, with several comma-separated URLs, on those
+    /// masters in each library's Redlock mode. Connections open lazily, on first use, as each
     /// library does by itself.
     pub(crate) fn connect(lib: LibId, url: &str) -> Result<Client, String> {
+        let urls: Vec<&str> = url.split(',').collect();
         let inner = match lib {
             LibId::Distlock | LibId::DistlockFixed => Inner::Distlock {
                 backend: Backend::builder(url)
@@ -86,8 +88,8 @@ impl Client {
                     _ => Lease::Fixed(FIXED_TTL),
                 },
             },
-            LibId::Rslock => Inner::Rslock(rslock::LockManager::new(vec![url])),
-            LibId::Redlock => Inner::Redlock(redlock::RedLock::new(vec![url])),
+            LibId::Rslock => Inner::Rslock(rslock::LockManager::new(urls)),
+            LibId::Redlock => Inner::Redlock(redlock::RedLock::new(urls)),
         };
         Ok(Client { lib, inner })
     }

@@ -151,6 +151,16 @@ impl Report {
             0.5,
             "",
         );
+        at_least(
+            "redlock_sequential",
+            &format!(
+                "Redlock over {} masters: cycles/s as a ratio to rslock's",
+                config.masters
+            ),
+            self.num("redlock_sequential", d, "ratio_to_rslock"),
+            1.0,
+            "",
+        );
         let mut at_most =
             |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
                 targets.push(Target {
@@ -234,6 +244,17 @@ impl Report {
             value: commands.map_or("n/a".into(), |v| format!("{v:.3}")),
             met: commands.map(|v| (v - 2.0).abs() < 0.005),
         });
+        let timeouts = self.num("redlock_contended", d, "timeouts");
+        targets.push(Target {
+            workload: "redlock_contended",
+            what: format!(
+                "Redlock over {} masters, {} contenders: timeouts",
+                config.masters, config.contenders
+            ),
+            goal: "= 0".into(),
+            value: timeouts.map_or("n/a (a timeout ends the phase)".into(), |v| format!("{v}")),
+            met: Some(timeouts == Some(0.0)),
+        });
         let order = |t: &Target| SECTIONS.iter().position(|s| *s == t.workload);
         targets.sort_by_key(order);
         targets
@@ -289,6 +310,7 @@ impl Report {
                 "contenders": config.contenders,
                 "critical_section_us": config.critical_section.as_secs_f64() * 1e6,
                 "leases": config.leases,
+                "redlock_masters": config.masters,
                 "lease_ttl_ms": config.lease_ttl.as_millis() as u64,
                 "renew_batch": RENEW_BATCH,
             },
@@ -448,6 +470,41 @@ impl Report {
                 ("same, fixed lease", "programmatic_fixed_ns"),
                 ("overhead", "overhead_ns"),
                 ("overhead vs on(&backend)", "overhead_vs_handle_ns"),
+            ],
+        );
+
+        let redlock: &[(&str, &str)] = &[
+            ("cycles/s", "cycles_per_s"),
+            ("p50 us", "p50_us"),
+            ("p99 us", "p99_us"),
+            ("x rslock", "ratio_to_rslock"),
+        ];
+        self.section(
+            &mut out,
+            "redlock_sequential",
+            &format!(
+                "6a. Redlock over {} masters, sequential: 1 task, acquire + release of distinct keys",
+                config.masters
+            ),
+            redlock,
+        );
+        self.section(
+            &mut out,
+            "redlock_contended",
+            &format!(
+                "6b. Redlock over {} masters, contended: {} tasks in one process on one key",
+                config.masters, config.contenders
+            ),
+            &[
+                ("CS/s", "cs_per_s"),
+                ("x rslock", "ratio_to_rslock"),
+                ("self re-acq %", "self_reacquire_pct"),
+                ("share min", "worker_share_min"),
+                ("share max", "worker_share_max"),
+                ("wait p50 us", "wait_p50_us"),
+                ("wait max us", "wait_max_us"),
+                ("timeouts", "timeouts"),
+                ("violations", "violations"),
             ],
         );
 

@@ -5,7 +5,7 @@ use crate::calibrate::{calibrate, Origins, Shape};
 use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
-use crate::workloads::{attribute, contended, held, uncontended};
+use crate::workloads::{attribute, contended, held, redlock, uncontended};
 use distlock_test_support::RedisServer;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -16,13 +16,15 @@ use std::time::Duration;
 pub(crate) type Outcome = Result<Map<String, Value>, String>;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 6] = [
+pub(crate) const SECTIONS: [&str; 8] = [
     "sequential",
     "parallel",
     "contended",
     "contended_processes",
     "held",
     "attribute",
+    "redlock_sequential",
+    "redlock_contended",
 ];
 
 /// Everything measured, before aggregation.
@@ -66,6 +68,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
         });
     }
 
+    // The Redlock workload's masters, started once (at its first repetition) for the whole run.
+    let mut masters: Vec<RedisServer> = Vec::new();
     let mut measured = Measured {
         redis_version,
         floors: Vec::new(),
@@ -120,6 +124,21 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     let (rounds, calls) = config.attribute_rounds;
                     let outcome = attribute::run(rounds, calls).await;
                     vec![("attribute", vec![(LibId::Distlock, outcome)])]
+                }
+                Workload::Redlock => {
+                    if masters.is_empty() {
+                        masters = RedisServer::start_many(config.masters);
+                    }
+                    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
+                    redlock::run(
+                        &config.libs,
+                        &urls,
+                        config.duration,
+                        config.contenders,
+                        config.critical_section,
+                        rep,
+                    )
+                    .await
                 }
             };
             for (section, rows) in samples {

@@ -5,13 +5,15 @@
 use serde_json::Value;
 use std::process::Command;
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 8] = [
     "sequential",
     "parallel",
     "contended",
     "contended_processes",
     "held",
     "attribute",
+    "redlock_sequential",
+    "redlock_contended",
 ];
 
 #[test]

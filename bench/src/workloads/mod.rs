@@ -1,6 +1,7 @@
-//! The five workloads; each file measures one and returns its numbers as a JSON object.
+//! The six workloads; each file measures one and returns its numbers as a JSON object.
 
 pub(crate) mod attribute;
 pub(crate) mod contended;
 pub(crate) mod held;
+pub(crate) mod redlock;
 pub(crate) mod uncontended;

@@ -5,6 +5,9 @@
 -- ARGV[1]  owner token (40 hex chars, new for every acquisition)
 -- ARGV[2]  lease TTL in milliseconds
 -- ARGV[3]  how long the fence counter outlives its last use, in milliseconds
+-- ARGV[4]  optional: the clock's step in µs for tokens (default 1). Redlock passes 1000, so that
+--          masters whose clocks agree to the millisecond vote the same token and the client can
+--          skip the write-back round trip.
 --
 -- Returns {1, fence}   acquired (or already ours: an idempotent retry refreshes the TTL and
 --                      returns the token issued the first time)
@@ -24,7 +27,9 @@ if owner then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local now = redis.call('TIME')
+local step = tonumber(ARGV[4] or '1')
 local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+now_us = now_us - now_us % step
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 local fence = math.max(last + 1, now_us)
 local fence_text = string.format('%.0f', fence)

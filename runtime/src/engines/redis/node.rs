@@ -157,20 +157,24 @@ impl Node {
         diagnose::failure(err, &self.prefix)
     }
 
-    /// `acquire.lua`: take the lock (or find it busy); the token is this server's.
+    /// `acquire.lua`: take the lock (or find it busy); the token is this server's, with its clock
+    /// counted in steps of `clock_step_us` (1 for µs).
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         owner: &Owner,
         ttl: Duration,
         fence_counter_ttl: Duration,
+        clock_step_us: u32,
     ) -> EngineResult<Acquired> {
+        let (ttl, counter_ttl) = (millis(ttl), millis(fence_counter_ttl));
+        let step = clock_step_us.to_string();
+        let mut args: Vec<&[u8]> = vec![owner.as_bytes(), &ttl, &counter_ttl];
+        if clock_step_us != 1 {
+            args.push(step.as_bytes());
+        }
         let reply: Vec<i64> = self
-            .invoke(
-                &ACQUIRE,
-                &[&names.lock, &names.fence],
-                &[owner.as_bytes(), &millis(ttl), &millis(fence_counter_ttl)],
-            )
+            .invoke(&ACQUIRE, &[&names.lock, &names.fence], &args)
             .await?;
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Acquired::Yes {

@@ -87,7 +87,7 @@ impl Engine for RedisEngine {
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
             self.node
-                .acquire(&self.names(key), owner, ttl, self.fence_counter_ttl)
+                .acquire(&self.names(key), owner, ttl, self.fence_counter_ttl, 1)
                 .await
         })
     }

@@ -9,7 +9,9 @@
 //!   them (the Q lowest), and it is written back — `counter = max(counter, T)` and the lock's
 //!   token set to `T`, only where the lock is still ours — on every granting master; `T` is
 //!   handed out only once a quorum confirmed the write-back and the attempt took less than the
-//!   lease's validity (TTL − drift). Anything less and the attempt's votes are released on every
+//!   lease's validity (TTL − drift). Votes count the clock in milliseconds, so masters whose
+//!   clocks and counters agree vote the same `T`; when every granting master voted `T` or more,
+//!   their counters hold it already and the write-back is skipped. Anything less and the attempt's votes are released on every
 //!   master at once, so contenders that split the votes do not stall each other for a TTL.
 //! - **Why tokens stay monotonic**: a token `T` handed out was recorded on a quorum `W` while
 //!   our lock held each of those masters. A later grant takes its token as the largest vote of a
@@ -52,6 +54,11 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Votes count the masters' clocks in milliseconds: masters whose clocks agree to the
+/// millisecond (and whose counters agree) vote the same token, and a token a quorum already
+/// holds needs no write-back — the common case costs the round trips of a single server.
+const CLOCK_STEP_US: u32 = 1000;
 
 /// Where the masters are and how to talk to them.
 pub(crate) struct RedlockConfig<'a> {
@@ -154,7 +161,7 @@ impl RedlockEngine {
             |master| {
                 master
                     .node
-                    .acquire(names, owner, ttl, self.fence_counter_ttl)
+                    .acquire(names, owner, ttl, self.fence_counter_ttl, CLOCK_STEP_US)
             },
             hopeless,
         )
@@ -183,29 +190,37 @@ impl RedlockEngine {
                 Attempt::Busy(busy.into_iter().flatten().max())
             };
         }
-        let token = granted
-            .iter()
-            .map(|(_, vote)| *vote)
-            .max()
-            .expect("a quorum");
-        let confirmations = |recorded: &Answers<bool>| {
-            recorded
-                .iter()
-                .filter(|answer| matches!(answer, Some(Ok(true))))
-                .count()
+        // The token is the largest vote of a quorum — the Q lowest votes: a retry by the same
+        // owner, whose masters return the token recorded on at least a quorum of them, reads
+        // that token again, whatever the other masters hold.
+        let mut votes: Vec<u64> = granted.iter().map(|(_, vote)| *vote).collect();
+        votes.sort_unstable();
+        let token = votes[self.quorum - 1];
+        // A master that voted `T` or more holds at least `T` as its counter already: when every
+        // granting master did, the write-back would change no counter, and every granting
+        // master remembers `T` — as many as a write-back would reach.
+        let confirmed = if votes[0] >= token {
+            votes.len()
+        } else {
+            let confirmations = |recorded: &Answers<bool>| {
+                recorded
+                    .iter()
+                    .filter(|answer| matches!(answer, Some(Ok(true))))
+                    .count()
+            };
+            let recorded = fan_out(
+                granted.iter().map(|(index, _)| &self.masters[*index]),
+                self.master_timeout,
+                |master| {
+                    master
+                        .node
+                        .write_back_fence(names, owner, token, self.fence_counter_ttl)
+                },
+                |recorded| confirmations(recorded) >= self.quorum,
+            )
+            .await;
+            confirmations(&recorded)
         };
-        let recorded = fan_out(
-            granted.iter().map(|(index, _)| &self.masters[*index]),
-            self.master_timeout,
-            |master| {
-                master
-                    .node
-                    .write_back_fence(names, owner, token, self.fence_counter_ttl)
-            },
-            |recorded| confirmations(recorded) >= self.quorum,
-        )
-        .await;
-        let confirmed = confirmations(&recorded);
         let validity =
             ttl.saturating_sub(ttl.mul_f64(self.drift_factor) + Duration::from_millis(2));
         let elapsed = started.elapsed();
