@@ -671,3 +671,38 @@ async fn a_comma_separated_distlock_url_means_redlock() {
         .sum();
     assert_eq!(copies, 3, "every master voted");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_names_the_master_of_each_finding() {
+    let risky = RedisServer::start_with(
+        distlock_test_support::ServerConfig::new().arg("maxmemory-policy", "allkeys-lru"),
+    );
+    let safe = RedisServer::start_with(
+        distlock_test_support::ServerConfig::new().arg("appendonly", "yes"),
+    );
+    let mut gone = RedisServer::start();
+    let backend = Backend::redlock([risky.url(), safe.url(), gone.url()])
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    gone.kill();
+    let findings = backend.doctor().await.unwrap();
+    let checks: Vec<&str> = findings.iter().map(|finding| finding.check).collect();
+    assert_eq!(
+        checks,
+        ["eviction", "persistence", "unreachable"],
+        "{findings:?}"
+    );
+    assert!(
+        findings[0]
+            .advice
+            .starts_with(&format!("master {}: maxmemory-policy", risky.addr())),
+        "{}",
+        findings[0]
+    );
+    assert!(
+        findings[2].advice.contains(&gone.addr().to_string()),
+        "{}",
+        findings[2]
+    );
+}

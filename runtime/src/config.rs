@@ -4,7 +4,8 @@ use crate::backend::{Backend, MIN_LEASE};
 use crate::error::LockError;
 use std::time::Duration;
 
-/// Where the backend lives: `redis://…`, `rediss://…`, `unix://…` or `memory://`.
+/// Where the backend lives: `redis://…`, `rediss://…`, `unix://…`, `memory://`, or three or more
+/// comma-separated `redis://`/`rediss://` URLs for Redlock over independent masters.
 pub const ENV_URL: &str = "DISTLOCK_URL";
 /// TTL of watchdog leases, a duration such as `30s` or `1500ms`; at least 100 ms; default 30 s.
 pub const ENV_WATCHDOG_TIMEOUT: &str = "DISTLOCK_WATCHDOG_TIMEOUT";

@@ -7,7 +7,8 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
-    /// Short, stable name: `"eviction"`, `"persistence"`, `"replica-lag"`, `"unchecked"`.
+    /// Short, stable name: `"eviction"`, `"persistence"`, `"replica-lag"`, `"unchecked"`, and
+    /// for Redlock `"unreachable"` (a master that did not answer).
     pub check: &'static str,
     /// What is wrong, why it matters for locks, and what to do.
     pub advice: String,

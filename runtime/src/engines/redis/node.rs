@@ -145,14 +145,6 @@ impl Node {
         }
     }
 
-    /// Runs a plain command (the doctor's `CONFIG GET`, `INFO`).
-    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> EngineResult<T> {
-        let mut manager = self.manager()?;
-        cmd.query_async(&mut manager)
-            .await
-            .map_err(|err| self.failure(err))
-    }
-
     fn failure(&self, err: redis::RedisError) -> EngineFailure {
         diagnose::failure(err, &self.prefix)
     }
@@ -271,26 +263,44 @@ impl Node {
         }
     }
 
-    /// The server settings the doctor judges: eviction policy, persistence, replication.
+    /// The server settings the doctor judges: eviction policy, persistence, replication. A
+    /// setting the server refuses to show (an ACL without `CONFIG`) is judged unchecked; a server
+    /// that cannot be reached is the error.
     pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::doctor::Finding>> {
-        let config = |setting: &'static str| async move {
+        let mut settings = Vec::new();
+        for setting in ["maxmemory-policy", "appendonly", "save"] {
             let mut cmd = redis::cmd("CONFIG");
             cmd.arg("GET").arg(setting);
-            let pairs: Vec<String> = self.query(&cmd).await.ok()?;
-            pairs.get(1).cloned()
-        };
-        let policy = config("maxmemory-policy").await;
-        let appendonly = config("appendonly").await;
-        let save = config("save").await;
+            let value = match self.raw_query::<Vec<String>>(&cmd).await {
+                Ok(pairs) => pairs.get(1).cloned(),
+                Err(err) if diagnose::is_permanent(&err) => None,
+                Err(err) => return Err(self.failure(err)),
+            };
+            settings.push(value);
+        }
         let mut info = redis::cmd("INFO");
         info.arg("replication");
-        let replication: String = self.query(&info).await.unwrap_or_default();
+        let replication: String = self.raw_query(&info).await.unwrap_or_default();
         Ok(crate::doctor::judge(
-            policy.as_deref(),
-            appendonly.as_deref(),
-            save.as_deref(),
+            settings[0].as_deref(),
+            settings[1].as_deref(),
+            settings[2].as_deref(),
             &replication,
         ))
+    }
+
+    async fn raw_query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let mut manager = match self.manager() {
+            Ok(manager) => manager,
+            Err(failure) => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no connection",
+                    failure.source.to_string(),
+                )))
+            }
+        };
+        cmd.query_async(&mut manager).await
     }
 }
 
