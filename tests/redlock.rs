@@ -24,6 +24,27 @@ fn lock_key(key: &str) -> String {
     format!("{PREFIX}:{{{key}}}")
 }
 
+/// A Redlock backend over `masters` with the tests' prefix and master timeout, its connections
+/// opened and scripts loaded (so a fault armed next hits the command under test).
+async fn warmed_redlock(
+    masters: impl IntoIterator<Item = String>,
+    configure: impl FnOnce(distlock::BackendBuilder) -> distlock::BackendBuilder,
+) -> Backend {
+    let backend = configure(
+        Backend::redlock(masters)
+            .prefix(PREFIX)
+            .master_timeout(MASTER_TIMEOUT),
+    )
+    .build()
+    .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    backend
+}
+
 /// A tiny xorshift, seeded from the clock and printed, so a failing schedule can be replayed.
 struct Rng(u64);
 
@@ -79,11 +100,7 @@ async fn chaos_worker(masters: Vec<String>) {
         .unwrap();
     let client = redis::Client::open(resource.as_str()).unwrap();
     let fenced = Arc::new(FencedStore::open(&resource).unwrap());
-    worker::report("ready", "");
-    let go = tokio::task::spawn_blocking(worker::read_line)
-        .await
-        .unwrap();
-    assert_eq!(go, "go");
+    worker::ready_then_go().await;
     let mut tasks = Vec::new();
     for _ in 0..CHAOS_TASKS {
         let backend = backend.clone();
@@ -238,11 +255,7 @@ const SPLIT_SECTIONS: usize = 20;
 
 /// Contenders with a client each (no local queue between them), short sections, 5 s budgets.
 async fn split_worker(masters: Vec<String>) {
-    worker::report("ready", "");
-    let go = tokio::task::spawn_blocking(worker::read_line)
-        .await
-        .unwrap();
-    assert_eq!(go, "go");
+    worker::ready_then_go().await;
     let mut tasks = Vec::new();
     for _ in 0..SPLIT_TASKS {
         let backend = Backend::redlock(masters.clone())
@@ -320,16 +333,7 @@ fn contenders_that_split_the_votes_do_not_stall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_majority_down_every_call_ends_within_its_budget() {
     let mut masters = RedisServer::start_many(5);
-    let backend = Backend::redlock(urls(&masters))
-        .prefix(PREFIX)
-        .master_timeout(MASTER_TIMEOUT)
-        .build()
-        .unwrap();
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
+    let backend = warmed_redlock(urls(&masters), |b| b).await;
     for server in &mut masters[..3] {
         server.kill();
     }
@@ -375,16 +379,7 @@ async fn a_master_slower_than_the_timeout_counts_as_a_refused_vote() {
         FaultProxy::start(masters[0].addr()).await,
         FaultProxy::start(masters[1].addr()).await,
     ];
-    let backend = Backend::redlock([slow[0].url(), slow[1].url(), masters[2].url()])
-        .prefix(PREFIX)
-        .master_timeout(MASTER_TIMEOUT)
-        .build()
-        .unwrap();
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
+    let backend = warmed_redlock([slow[0].url(), slow[1].url(), masters[2].url()], |b| b).await;
 
     // One slow master of three: a quorum without it, at the cost of the timeout, not its delay.
     slow[0].set_delay(Duration::from_millis(100));
@@ -444,17 +439,10 @@ async fn a_lost_reply_from_one_master_does_not_cost_its_vote() {
     let masters = RedisServer::start_many(3);
     let proxy = FaultProxy::start(masters[0].addr()).await;
     let ttl = Duration::from_millis(600);
-    let backend = Backend::redlock([proxy.url(), masters[1].url(), masters[2].url()])
-        .prefix(PREFIX)
-        .watchdog_timeout(ttl)
-        .master_timeout(MASTER_TIMEOUT)
-        .build()
-        .unwrap();
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
+    let backend = warmed_redlock([proxy.url(), masters[1].url(), masters[2].url()], |b| {
+        b.watchdog_timeout(ttl)
+    })
+    .await;
     // The first master grants, and its answer is lost on the way back.
     proxy.drop_next_reply_matching(b"*2\r\n:1\r\n", true);
     let guard = Lock::new("lost").on(&backend).acquire().await.unwrap();

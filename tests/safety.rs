@@ -52,11 +52,7 @@ async fn contend(url: &str) {
         .run(async {})
         .await
         .unwrap();
-    worker::report("ready", "");
-    let go = tokio::task::spawn_blocking(worker::read_line)
-        .await
-        .unwrap();
-    assert_eq!(go, "go");
+    worker::ready_then_go().await;
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let backend = backend.clone();

@@ -350,8 +350,7 @@ fn worker_entry() {
         let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
         let client = redis::Client::open(url.as_str()).unwrap();
         let overlaps = Arc::new(AtomicUsize::new(0));
-        worker::report("ready", "");
-        assert_eq!(worker::read_line(), "go");
+        worker::ready_then_go().await;
         let mut tasks = Vec::new();
         for _ in 0..WAITERS_PER_PROCESS {
             let backend = backend.clone();

@@ -32,6 +32,14 @@ pub fn report(event: &str, data: impl std::fmt::Display) {
     out.flush().unwrap();
 }
 
+/// Tells the parent this worker is ready, then waits — off the runtime's threads — for the
+/// parent's `go`, so that every worker starts at once.
+pub async fn ready_then_go() {
+    report("ready", "");
+    let go = tokio::task::spawn_blocking(read_line).await.unwrap();
+    assert_eq!(go, "go", "the parent's start line");
+}
+
 /// Blocks until the parent sends a line.
 pub fn read_line() -> String {
     let mut line = String::new();
