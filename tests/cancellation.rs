@@ -381,3 +381,29 @@ fn runtime_spawned_holder(backend: Backend, held: mpsc::Sender<()>) {
         std::future::pending::<()>().await;
     });
 }
+
+/// The in-process backend needs no runtime to release: a guard dropped on a plain thread frees
+/// its lock at once.
+#[test]
+fn an_in_process_lock_dropped_with_no_runtime_is_released_at_once() {
+    let backend = Backend::in_process();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let guard = runtime
+        .block_on(Lock::new("on-a-thread").on(&backend).acquire())
+        .unwrap();
+    drop(runtime);
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    let stats = backend.stats();
+    assert_eq!((stats.released, stats.left_to_expire), (1, 0), "{stats:?}");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    assert_eq!(
+        runtime.block_on(backend.inspect("on-a-thread")).unwrap(),
+        None
+    );
+}

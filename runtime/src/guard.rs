@@ -23,8 +23,8 @@ pub(crate) struct Held {
 /// # Dropping
 /// Dropping the guard (or a future holding it) never leaks a renewal: the lease leaves the
 /// watchdog synchronously in `Drop`. The release then runs on a task of the current tokio
-/// runtime; with no runtime left to run it (dropped outside one, or while it shuts down), the
-/// key expires by its TTL and is counted in
+/// runtime (the in-process backend releases right in `Drop`); with no runtime left to run it
+/// (dropped outside one, or while it shuts down), the key expires by its TTL and is counted in
 /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire).
 pub struct LockGuard {
     backend: Backend,

@@ -12,6 +12,7 @@ use crate::error::LockError;
 use crate::lease::HeldLease;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
+use futures_util::FutureExt;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tracing::Instrument;
@@ -96,8 +97,9 @@ impl Drop for Unreleased<'_> {
 /// acquire whose reply was lost. `front_sent`: the first key's release (or, for an unconfirmed
 /// lease, its acquire) may already have run.
 ///
-/// Without a runtime to run it (outside one, or while it shuts down) the keys are left to expire
-/// by their TTL, and counted in [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot).
+/// An engine that answers at once (the in-process map) is released right here, runtime or not.
+/// Otherwise, without a runtime to run it (outside one, or while it shuts down) the keys are left
+/// to expire by their TTL, and counted in [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot).
 pub(crate) fn release_in_background(
     backend: Backend,
     leases: VecDeque<Arc<HeldLease>>,
@@ -108,6 +110,25 @@ pub(crate) fn release_in_background(
         .background_releases
         .fetch_add(leases.len() as u64, std::sync::atomic::Ordering::Relaxed);
     let mut rest = Abandoned { backend, leases };
+    if rest.backend.inner.engine.answers_at_once() {
+        // The in-process map: release here and now, runtime or not.
+        let mut maybe_released = front_sent;
+        while let Some(lease) = rest.leases.front() {
+            let released = release_one(&rest.backend, lease, maybe_released)
+                .now_or_never()
+                .expect("an engine that answers at once answered");
+            if let Err(err) = released {
+                tracing::warn!(target: "distlock::release", error = %err, "release failed");
+            }
+            maybe_released = false;
+            let lease = rest
+                .leases
+                .pop_front()
+                .expect("the front was just borrowed");
+            lease.pass_turn();
+        }
+        return;
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // `rest` counts the keys as left to expire.
     };

@@ -89,12 +89,13 @@ pub struct StatsSnapshot {
     pub release_found_foreign: u64,
     /// Losses that an `on_lost = "ignore"` call ran through.
     pub lost_ignored: u64,
-    /// Releases run in the background because their call was dropped (cancelled, panicked)
-    /// before it could release, or while its release or acquire was in flight.
+    /// Releases the call could not run itself because it was dropped (cancelled, panicked)
+    /// before it could release, or while its release or acquire was in flight: run on a
+    /// background task (at once, where the guard is dropped, for the in-process backend).
     pub background_releases: u64,
     /// Locks this process could not release because no runtime was left to run the release
     /// (the runtime was shutting down, or the guard was dropped outside one): they expire by
-    /// their TTL.
+    /// their TTL. Never counted by the in-process backend, which needs no runtime to release.
     pub left_to_expire: u64,
     /// Acquisitions by time waited, bucketed by [`WAIT_BUCKETS`].
     pub wait_histogram: [u64; 8],

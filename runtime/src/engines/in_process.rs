@@ -215,6 +215,10 @@ impl Engine for InProcessEngine {
         self.channels.watched()
     }
 
+    fn answers_at_once(&self) -> bool {
+        true
+    }
+
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<crate::Finding>>> {
         // Nothing to configure: the map lives and dies with the process, as documented.
         Box::pin(future::ready(Ok(Vec::new())))
