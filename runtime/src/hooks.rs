@@ -1,7 +1,10 @@
 //! Knobs only tests turn, to make a race or a fallback deterministic. A leaf: it imports nothing
 //! of the crate, so every layer that has a race to widen can read it.
+//!
+//! The knobs exist only with the internal feature `__test-hooks` (the test suite enables it);
+//! in every other build the hooks are a zero-sized handle and [`read`] returns the defaults, all
+//! off.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The hooks of one backend; all zero (off) unless a test sets them through
@@ -19,9 +22,32 @@ pub(crate) struct TestHooks {
 }
 
 /// Shared by the backend handle and its engine.
-pub(crate) type SharedHooks = Arc<Mutex<TestHooks>>;
+#[cfg(feature = "__test-hooks")]
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedHooks(std::sync::Arc<std::sync::Mutex<TestHooks>>);
+
+/// Shared by the backend handle and its engine: nothing to share without `__test-hooks`.
+#[cfg(not(feature = "__test-hooks"))]
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedHooks {
+    _nothing: (),
+}
 
 /// The current hooks (a copy: hooks are read, never held).
 pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
-    *hooks.lock().unwrap_or_else(|e| e.into_inner())
+    #[cfg(feature = "__test-hooks")]
+    {
+        *hooks.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    #[cfg(not(feature = "__test-hooks"))]
+    {
+        let _ = hooks;
+        TestHooks::default()
+    }
+}
+
+/// Changes the hooks.
+#[cfg(feature = "__test-hooks")]
+pub(crate) fn set(hooks: &SharedHooks, change: impl FnOnce(&mut TestHooks)) {
+    change(&mut hooks.0.lock().unwrap_or_else(|e| e.into_inner()));
 }

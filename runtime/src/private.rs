@@ -146,34 +146,22 @@ pub mod raw {
 
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
+    #[cfg(feature = "__test-hooks")]
     pub fn set_subscribe_delay(backend: &Backend, delay: Duration) {
-        backend
-            .inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .subscribe_delay = delay;
+        crate::hooks::set(&backend.inner.hooks, |hooks| hooks.subscribe_delay = delay);
     }
 
     /// Test hook: pause this long between the server's SUBSCRIBE reply and the local
     /// confirmation — the window in which the notification connection can die unseen.
+    #[cfg(feature = "__test-hooks")]
     pub fn set_confirm_delay(backend: &Backend, delay: Duration) {
-        backend
-            .inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .confirm_delay = delay;
+        crate::hooks::set(&backend.inner.hooks, |hooks| hooks.confirm_delay = delay);
     }
 
     /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release
     /// notification visibly waits (bounded by the holder's TTL and the wait budget).
+    #[cfg(feature = "__test-hooks")]
     pub fn set_backoff_floor(backend: &Backend, floor: Duration) {
-        backend
-            .inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .backoff_floor = floor;
+        crate::hooks::set(&backend.inner.hooks, |hooks| hooks.backoff_floor = floor);
     }
 }
