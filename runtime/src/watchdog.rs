@@ -3,8 +3,8 @@
 //!
 //! Leases are registered when acquired and deregistered the moment their call returns, panics or
 //! is dropped (the guard's `Drop` does it synchronously), so renewal never outlives the call. The
-//! task exits when no lease is registered and is spawned again, on the current runtime, by the
-//! next registration.
+//! task exits once no lease has been registered for a second and is spawned again, on the
+//! current runtime, by the next registration.
 
 use crate::engine::{Engine, Ownership, Renewal};
 use crate::error::LostReason;
@@ -54,6 +54,9 @@ struct Entry {
     next_renewal: Instant,
     renewal_in_flight: bool,
 }
+
+/// How long the task lingers with no lease before it exits.
+const IDLE_GRACE: Duration = Duration::from_secs(1);
 
 /// How soon a failed renewal is retried: often enough to recover within the lease, rarely enough
 /// not to hammer a server that is down.
@@ -149,18 +152,30 @@ struct BatchOutcome {
 
 async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
     let mut in_flight = FuturesUnordered::new();
+    let mut idle_since: Option<Instant> = None;
     loop {
         let (due, wake_at) = {
             let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
             if table.entries.is_empty() && in_flight.is_empty() {
-                table.task_alive = None;
-                return;
+                // Linger a while before exiting: a service that takes and returns locks one
+                // after another would otherwise start a task for every lock.
+                let now = Instant::now();
+                let since = *idle_since.get_or_insert(now);
+                if now >= since + IDLE_GRACE {
+                    table.task_alive = None;
+                    return;
+                }
+                // `None`: the next registration wakes the task at once.
+                table.next_look = None;
+                (Vec::new(), Some(since + IDLE_GRACE))
+            } else {
+                idle_since = None;
+                let (due, wake_at) = scan(&mut table, Instant::now());
+                // Recorded under the lock that `register` takes, so a lease registered after
+                // this scan either sees this instant or finds the task not yet sleeping on it.
+                table.next_look = wake_at;
+                (due, wake_at)
             }
-            let (due, wake_at) = scan(&mut table, Instant::now());
-            // Recorded under the lock that `register` takes, so a lease registered after this
-            // scan either sees this instant or finds the task not yet sleeping on it.
-            table.next_look = wake_at;
-            (due, wake_at)
         };
         for batch in due.chunks(shared.renew_batch) {
             in_flight.push(renew(shared.clone(), batch.to_vec()));
