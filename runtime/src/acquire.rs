@@ -53,6 +53,12 @@ impl Request<'_> {
         .await
     }
 
+    /// What is left of the wait budget (`None`: waiting forever).
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
+    }
+
     fn busy(&self, key: String) -> LockError {
         Stats::bump(&self.backend.inner.stats.busy);
         LockError::Busy {
@@ -88,9 +94,7 @@ impl Request<'_> {
                 Ok(Acquired::Busy { ttl: holder_ttl }) => {
                     Stats::bump(&inner.stats.busy_replies);
                     failed_in_a_row = 0;
-                    let remaining = self
-                        .deadline
-                        .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+                    let remaining = self.remaining();
                     if remaining == Some(Duration::ZERO) {
                         return Err(self.busy(attempt.key.clone()));
                     }
@@ -147,9 +151,7 @@ impl Request<'_> {
                     if retry_at_once {
                         continue;
                     }
-                    let remaining = self
-                        .deadline
-                        .map(|deadline| deadline.saturating_duration_since(Instant::now()));
+                    let remaining = self.remaining();
                     if remaining == Some(Duration::ZERO) {
                         // Dropping `attempt` releases whatever a lost reply may have taken.
                         return Err(self.backend.backend_error("acquire", failure));
@@ -211,6 +213,7 @@ impl<'a> Attempt<'a> {
         if let Some(turn) = self.turn.take() {
             lease.keep_turn(turn);
         }
+        // Disarmed: the lease releases from now on.
         self.reply_lost = false;
         Arc::new(lease)
     }
@@ -218,8 +221,8 @@ impl<'a> Attempt<'a> {
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if !(self.in_flight || self.reply_lost) || self.key.is_empty() {
-            return; // Nothing may be held: the turn passes on as it drops.
+        if !(self.in_flight || self.reply_lost) {
+            return; // Nothing may be held (or a lease owns it): the turn passes on as it drops.
         }
         let lease = HeldLease::unconfirmed(
             self.backend.inner.stats.clone(),

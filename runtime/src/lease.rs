@@ -2,6 +2,7 @@
 
 use crate::error::{LockError, LostReason};
 use crate::owner::Owner;
+use crate::policy::valid_for;
 use crate::stats::Stats;
 use crate::wait::Turn;
 use once_cell::sync::Lazy;
@@ -20,13 +21,6 @@ pub(crate) fn to_nanos(at: Instant) -> u64 {
 
 pub(crate) fn from_nanos(nanos: u64) -> Instant {
     *CLOCK_BASE + Duration::from_nanos(nanos)
-}
-
-/// The margin subtracted from every validity window: clock-rate differences between this process
-/// and the server (`drift_factor` of the TTL, 1% by default) plus 2 ms of scheduling slack, as in
-/// Redlock.
-pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    ttl.mul_f64(drift_factor) + Duration::from_millis(2)
 }
 
 /// How a lease is granted: the same for every key of one lock.
@@ -76,9 +70,7 @@ impl HeldLease {
         terms: &Terms,
         requested_at: Instant,
     ) -> HeldLease {
-        let valid_for = terms
-            .ttl
-            .saturating_sub(drift(terms.ttl, terms.drift_factor));
+        let valid_for = valid_for(terms.ttl, terms.drift_factor);
         HeldLease {
             stats,
             key,

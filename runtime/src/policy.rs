@@ -39,3 +39,11 @@ pub enum OnLost {
 /// Consecutive failed round trips (errors, not "busy") after which an acquire or a release gives
 /// up.
 pub(crate) const MAX_FAILED_ATTEMPTS: u32 = 3;
+
+/// How long a lease granted (or renewed) for `ttl` may be trusted after its request was sent:
+/// the TTL less the drift margin — clock-rate differences between this process and the
+/// server(s) (`drift_factor` of the TTL, 1% by default) plus 2 ms of scheduling slack, as in
+/// Redlock.
+pub(crate) fn valid_for(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.saturating_sub(ttl.mul_f64(drift_factor) + Duration::from_millis(2))
+}

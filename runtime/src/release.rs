@@ -109,47 +109,18 @@ pub(crate) fn release_in_background(
     stats
         .background_releases
         .fetch_add(leases.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    let mut rest = Abandoned { backend, leases };
+    let rest = Abandoned { backend, leases };
     if rest.backend.inner.engine.answers_at_once() {
         // The in-process map: release here and now, runtime or not.
-        let mut maybe_released = front_sent;
-        while let Some(lease) = rest.leases.front() {
-            let released = release_one(&rest.backend, lease, maybe_released)
-                .now_or_never()
-                .expect("an engine that answers at once answered");
-            if let Err(err) = released {
-                tracing::warn!(target: "distlock::release", error = %err, "release failed");
-            }
-            maybe_released = false;
-            let lease = rest
-                .leases
-                .pop_front()
-                .expect("the front was just borrowed");
-            lease.pass_turn();
-        }
+        rest.finish(front_sent)
+            .now_or_never()
+            .expect("an engine that answers at once answered");
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // `rest` counts the keys as left to expire.
     };
-    runtime.spawn(async move {
-        let mut maybe_released = front_sent;
-        while let Some(lease) = rest.leases.front() {
-            if let Err(err) = release_one(&rest.backend, lease, maybe_released).await {
-                tracing::warn!(
-                    target: "distlock::release",
-                    error = %err,
-                    "background release failed; the lock expires by its TTL"
-                );
-            }
-            maybe_released = false;
-            let lease = rest
-                .leases
-                .pop_front()
-                .expect("the front was just borrowed");
-            lease.pass_turn();
-        }
-    });
+    runtime.spawn(rest.finish(front_sent));
 }
 
 /// Keys of a background release still to do. Dropped before the end — the runtime shut down
@@ -158,6 +129,28 @@ pub(crate) fn release_in_background(
 struct Abandoned {
     backend: Backend,
     leases: VecDeque<Arc<HeldLease>>,
+}
+
+impl Abandoned {
+    /// Releases the keys in order, each key's turn passing on once the server has seen it.
+    async fn finish(mut self, front_sent: bool) {
+        let mut maybe_released = front_sent;
+        while let Some(lease) = self.leases.front() {
+            if let Err(err) = release_one(&self.backend, lease, maybe_released).await {
+                tracing::warn!(
+                    target: "distlock::release",
+                    error = %err,
+                    "background release failed; the lock expires by its TTL"
+                );
+            }
+            maybe_released = false;
+            let lease = self
+                .leases
+                .pop_front()
+                .expect("the front was just borrowed");
+            lease.pass_turn();
+        }
+    }
 }
 
 impl Drop for Abandoned {

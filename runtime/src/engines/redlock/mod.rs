@@ -47,6 +47,7 @@ use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::KeyNames;
 use crate::owner::Owner;
+use crate::policy::valid_for;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use fan_out::{all, fan_out, summarize, Answers};
 use futures_util::future::BoxFuture;
@@ -221,8 +222,7 @@ impl RedlockEngine {
             .await;
             confirmations(&recorded)
         };
-        let validity =
-            ttl.saturating_sub(ttl.mul_f64(self.drift_factor) + Duration::from_millis(2));
+        let validity = valid_for(ttl, self.drift_factor);
         let elapsed = started.elapsed();
         if confirmed < self.quorum {
             return Attempt::Busy(None);
