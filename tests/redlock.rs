@@ -163,12 +163,10 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             )
         })
         .collect();
-    for worker in &workers {
-        worker.expect("ready", Duration::from_secs(30));
-    }
     let sections = CHAOS_PROCESSES * CHAOS_TASKS * CHAOS_SECTIONS;
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (mut rng, seed) = Rng::seeded();
+    let started = worker::start_together(&mut workers);
     // The chaos: one master at a time paused for 100 ms at random, every half second or so; two
     // killed once a third of the sections are done (from then on every pause takes the quorum
     // away for its duration).
@@ -204,10 +202,6 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             (pauses, killed)
         })
     };
-    let started = Instant::now();
-    for worker in &mut workers {
-        worker.send("go");
-    }
     let (mut overlaps, mut rejected, mut errors) = (0u64, 0u64, Vec::new());
     for worker in &workers {
         let report = worker.expect("done", Duration::from_secs(240));
@@ -302,13 +296,7 @@ fn contenders_that_split_the_votes_do_not_stall() {
             )
         })
         .collect();
-    for worker in &workers {
-        worker.expect("ready", Duration::from_secs(30));
-    }
-    let started = Instant::now();
-    for worker in &mut workers {
-        worker.send("go");
-    }
+    let started = worker::start_together(&mut workers);
     let (mut timeouts, mut errors, mut busy) = (0, 0, 0);
     for worker in &workers {
         let report = worker.expect("done", Duration::from_secs(120));

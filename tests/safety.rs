@@ -148,13 +148,7 @@ fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
             )
         })
         .collect();
-    for worker in &workers {
-        worker.expect("ready", Duration::from_secs(30));
-    }
-    let started = Instant::now();
-    for worker in &mut workers {
-        worker.send("go");
-    }
+    let started = worker::start_together(&mut workers);
     let (mut overlaps, mut rejected) = (0u64, 0u64);
     let mut busy_replies = Vec::new();
     for worker in &workers {

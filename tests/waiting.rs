@@ -385,13 +385,7 @@ fn sixty_four_waiters_in_two_processes_each_acquire_once() {
     let mut workers: Vec<Worker> = (0..2)
         .map(|_| Worker::spawn("worker_entry", "crowd", &[("REDIS_URL", server.url())]))
         .collect();
-    for worker in &workers {
-        worker.expect("ready", Duration::from_secs(30));
-    }
-    let started = Instant::now();
-    for worker in &mut workers {
-        worker.send("go");
-    }
+    let started = worker::start_together(&mut workers);
     let overlaps: usize = workers
         .iter()
         .map(|worker| {

@@ -128,6 +128,19 @@ impl Worker {
     }
 }
 
+/// Waits until every worker reported `ready` (see [`ready_then_go`]), then sends each its `go`:
+/// they start together. Returns when they were told.
+pub fn start_together(workers: &mut [Worker]) -> Instant {
+    for worker in workers.iter() {
+        worker.expect("ready", Duration::from_secs(30));
+    }
+    let started = Instant::now();
+    for worker in workers.iter_mut() {
+        worker.send("go");
+    }
+    started
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
