@@ -160,11 +160,10 @@ impl Node {
         clock_step_us: u32,
     ) -> EngineResult<Acquired> {
         let (ttl, counter_ttl) = (millis(ttl), millis(fence_counter_ttl));
-        let step = clock_step_us.to_string();
+        // The script's default step is 1 µs: the argument is sent only when it differs.
+        let step = (clock_step_us != 1).then(|| clock_step_us.to_string());
         let mut args: Vec<&[u8]> = vec![owner.as_bytes(), &ttl, &counter_ttl];
-        if clock_step_us != 1 {
-            args.push(step.as_bytes());
-        }
+        args.extend(step.as_deref().map(str::as_bytes));
         let reply: Vec<i64> = self
             .invoke(&ACQUIRE, &[&names.lock, &names.fence], &args)
             .await?;
@@ -302,6 +301,22 @@ impl Node {
         };
         cmd.query_async(&mut manager).await
     }
+}
+
+/// The release script could not announce a release: say so, once per engine, loudly — the
+/// release itself stands.
+pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channel: &str) {
+    if reported.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        target: "distlock::release",
+        channel,
+        prefix,
+        "the server refused to publish a release notification (the Redis user may not \
+         publish on the channel); releases still happen, but waiters in other processes learn \
+         of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
+    );
 }
 
 fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {

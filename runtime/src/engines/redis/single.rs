@@ -4,7 +4,7 @@
 //! multiplexed (every task shares one socket) and reconnecting by itself. Release notifications
 //! arrive on a second, pub/sub connection ([`Subscriber`]).
 
-use super::node::{Node, ReleaseReply, Timeouts};
+use super::node::{report_refused_publish, Node, ReleaseReply, Timeouts};
 use super::pubsub::Subscriber;
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
@@ -15,7 +15,7 @@ use crate::key::KeyNames;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::BoxFuture;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,22 +60,6 @@ impl RedisEngine {
     fn names(&self, key: &str) -> KeyNames {
         KeyNames::new(&self.prefix, key)
     }
-}
-
-/// The release script could not announce a release: say so, once per engine, loudly — the
-/// release itself stands.
-pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channel: &str) {
-    if reported.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    tracing::warn!(
-        target: "distlock::release",
-        channel,
-        prefix,
-        "the server refused to publish a release notification (the Redis user may not \
-         publish on the channel); releases still happen, but waiters in other processes learn \
-         of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
-    );
 }
 
 impl Engine for RedisEngine {

@@ -37,9 +37,8 @@ mod fan_out;
 
 pub(crate) use fan_out::quorum;
 
-use super::redis::node::{Node, ReleaseReply, Timeouts};
+use super::redis::node::{report_refused_publish, Node, ReleaseReply, Timeouts};
 use super::redis::pubsub::Subscriber;
-use super::redis::single::report_refused_publish;
 use super::redis::tls::TlsFiles;
 use crate::doctor::Finding;
 use crate::engine::{Acquired, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal};
