@@ -71,6 +71,7 @@ mod redact;
 mod registry;
 mod release;
 pub mod scripts;
+mod sparse;
 mod stats;
 mod wait;
 mod watchdog;

@@ -9,6 +9,7 @@
 use crate::engine::{Engine, Ownership, Renewal};
 use crate::error::LostReason;
 use crate::lease::HeldLease;
+use crate::sparse::shrink_when_sparse;
 use crate::stats::Stats;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::HashMap;
@@ -115,12 +116,7 @@ impl Watchdog {
     pub(crate) fn deregister(&self, id: LeaseId) {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.entries.remove(&id);
-        // Give memory back after many leases were held at once (amortised: only once the table
-        // is three-quarters empty).
-        let (len, capacity) = (table.entries.len(), table.entries.capacity());
-        if capacity > 64 && len * 4 < capacity {
-            table.entries.shrink_to(len * 2);
-        }
+        shrink_when_sparse(&mut table.entries);
     }
 
     /// Leases currently registered (renewed or watched for expiry).

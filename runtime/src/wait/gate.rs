@@ -7,6 +7,7 @@
 //! subscription, so the next contender needs no new SUBSCRIBE.
 
 use super::ReleaseWatch;
+use crate::sparse::shrink_when_sparse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -138,12 +139,7 @@ impl Drop for Turn {
             }
         }
         queues.remove(&self.key);
-        // Give memory back after a burst of waiters on many keys (amortised: only once the
-        // table is three-quarters empty).
-        let (len, capacity) = (queues.len(), queues.capacity());
-        if capacity > 64 && len * 4 < capacity {
-            queues.shrink_to(len * 2);
-        }
+        shrink_when_sparse(&mut queues);
         drop(queues);
         // The last local interest in the key is gone: the subscription goes with it.
         drop(watch);

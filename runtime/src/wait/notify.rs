@@ -9,6 +9,7 @@
 //! several servers (Redlock) share one table over several links and need confirmations on
 //! enough of them to be told of any release.
 
+use crate::sparse::shrink_when_sparse;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -34,10 +35,6 @@ struct Entry {
     /// The links on which the server confirmed the subscription (dead ones are pruned).
     confirmed_on: Vec<u64>,
 }
-
-/// Tables at least this large are shrunk once they are three-quarters empty, so memory returns
-/// after a burst of waiters on many keys.
-const SHRINK_ABOVE: usize = 64;
 
 /// Called with a channel's name when its last watcher leaves.
 pub(crate) type OnIdleHook = Arc<dyn Fn(String) + Send + Sync>;
@@ -172,10 +169,7 @@ impl Channels {
             return false;
         }
         state.entries.remove(channel);
-        let (len, capacity) = (state.entries.len(), state.entries.capacity());
-        if capacity > SHRINK_ABOVE && len * 4 < capacity {
-            state.entries.shrink_to(len * 2);
-        }
+        shrink_when_sparse(&mut state.entries);
         true
     }
 
