@@ -24,20 +24,15 @@ pub(crate) async fn run(
     let mut sequential = Vec::new();
     let mut contended = Vec::new();
     for &lib in libs {
-        let client = match Client::connect(lib, &masters) {
-            Ok(client) => Arc::new(client),
+        let tag = format!("redlock-{}-{rep}", lib.name());
+        let client = match connect_warm(lib, &masters, &tag).await {
+            Ok(client) => client,
             Err(reason) => {
                 sequential.push((lib, Err(reason.clone())));
                 contended.push((lib, Err(reason)));
                 continue;
             }
         };
-        let tag = format!("redlock-{}-{rep}", lib.name());
-        if let Err(reason) = client.warm_up(&tag).await {
-            sequential.push((lib, Err(reason.clone())));
-            contended.push((lib, Err(reason)));
-            continue;
-        }
         sequential.push((lib, cycles(&client, duration, &tag).await));
         let outcome = contend(
             &client,
@@ -62,6 +57,13 @@ pub(crate) async fn run(
         ("redlock_sequential", sequential),
         ("redlock_contended", contended),
     ]
+}
+
+/// A client of `lib` on the masters, its connections opened and scripts loaded.
+async fn connect_warm(lib: LibId, masters: &str, tag: &str) -> Result<Arc<Client>, String> {
+    let client = Arc::new(Client::connect(lib, masters)?);
+    client.warm_up(tag).await?;
+    Ok(client)
 }
 
 /// One task, acquire + release of fresh keys for `duration`.
