@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::{Fixture, SingleRedis, PREFIX};
+use common::cell::read_cell;
+use common::{released_within, watch_lock_writes, Fixture, SingleRedis, PREFIX};
 use distlock::{Backend, Lock, LockError, LostReason, Released};
-use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
-use futures_util::StreamExt;
+use distlock_test_support::{free_port, FaultProxy, RedisServer};
 use std::time::{Duration, Instant};
 
 /// A backend that talks to `server` through a fault proxy.
@@ -28,14 +28,11 @@ async fn through_proxy(
     (proxy, backend)
 }
 
-fn fence_counter(server: &RedisServer, key: &str) -> u64 {
-    let counter = format!("{}:fence", SingleRedis::lock_key(key));
-    server
-        .command(&["GET", &counter])
-        .as_str()
-        .expect("counter exists")
-        .parse()
-        .unwrap()
+/// The token the server records for `key`, held or free.
+fn recorded_token(server: &RedisServer, key: &str) -> u64 {
+    read_cell(server, &SingleRedis::lock_key(key))
+        .token()
+        .expect("the key records a token")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,7 +53,7 @@ async fn a_lost_acquire_reply_is_retried_into_the_same_grant() {
     );
     assert_eq!(backend.stats().busy, 0, "never saw itself as busy");
     assert_eq!(
-        fence_counter(&server, "lost-reply"),
+        recorded_token(&server, "lost-reply"),
         guard.fencing_token(),
         "exactly one token was issued: the retry got the first grant's token"
     );
@@ -77,10 +74,7 @@ async fn a_lost_release_reply_leaves_no_lock_and_no_error() {
     proxy.drop_next_reply();
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     assert_eq!(proxy.dropped().await, 1);
-    assert_eq!(
-        server.command(&["EXISTS", &SingleRedis::lock_key("lost-release")]),
-        Reply::Int(0)
-    );
+    assert!(!read_cell(&server, &SingleRedis::lock_key("lost-release")).is_held());
     let stats = backend.stats();
     assert_eq!(
         (stats.released, stats.release_found_expired),
@@ -116,16 +110,15 @@ async fn a_lost_release_request_is_retried_and_frees_the_key_at_once() {
     }
     // The request dies with its connection (the retry, on a new one, is held again).
     proxy.reset_all();
-    assert_eq!(
-        server.command(&["EXISTS", &lock_key]),
-        Reply::Int(1),
+    assert!(
+        read_cell(&server, &lock_key).is_held(),
         "the lost request never ran"
     );
     proxy.blackhole(false);
     let outcome = release.await.unwrap();
     let took = started.elapsed();
     assert_eq!(outcome.unwrap(), Released::Released);
-    assert_eq!(server.command(&["EXISTS", &lock_key]), Reply::Int(0));
+    assert!(!read_cell(&server, &lock_key).is_held());
     assert!(took < Duration::from_secs(1), "freed after {took:?}");
 }
 
@@ -136,13 +129,10 @@ async fn a_lost_release_request_is_retried_and_frees_the_key_at_once() {
 async fn three_lost_acquire_replies_leave_no_lock_behind() {
     let server = RedisServer::start();
     let (proxy, backend) = through_proxy(&server, |b| b).await;
-    // Listen on the server itself, past the proxy: only a release publishes here.
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut releases = client.get_async_pubsub().await.unwrap();
-    releases
-        .subscribe(format!("{}:released", SingleRedis::lock_key("orphan")))
-        .await
-        .unwrap();
+    // Watch the key's writes on the server itself, past the proxy. (Nobody waits on the key, so
+    // the release does not publish on its channel.)
+    let lock_key = SingleRedis::lock_key("orphan");
+    let mut writes = watch_lock_writes(&server, &lock_key).await;
     // A granted acquire answers `*2 :1 :<token>`; lose three of them.
     for _ in 0..MAX_FAILED_ATTEMPTS {
         proxy.drop_next_reply_matching(b"*2\r\n:1\r\n", true);
@@ -159,13 +149,9 @@ async fn three_lost_acquire_replies_leave_no_lock_behind() {
     assert!(failure.is_ambiguous(), "{err}");
     assert_eq!(proxy.dropped().await, MAX_FAILED_ATTEMPTS);
     let left = Duration::from_secs(1).saturating_sub(started.elapsed());
-    tokio::time::timeout(left, releases.on_message().next())
-        .await
-        .expect("the orphaned lock was not released within 1 s")
-        .expect("the notification stream ended");
-    assert_eq!(
-        server.command(&["EXISTS", &SingleRedis::lock_key("orphan")]),
-        Reply::Int(0)
+    assert!(
+        released_within(&server, &mut writes, &lock_key, left).await,
+        "the orphaned lock was not released within 1 s"
     );
     assert_eq!(backend.stats().background_releases, 1);
 }
@@ -184,12 +170,9 @@ async fn locks_work_again_after_the_server_restarts() {
     fx.server.restart();
     assert!(
         fx.server
-            .command(&[
-                "GET",
-                &format!("{}:fence", SingleRedis::lock_key("restarted"))
-            ])
+            .command(&["GET", &SingleRedis::lock_key("restarted")])
             .is_nil(),
-        "the restart (no persistence) lost the fence counter"
+        "the restart (no persistence) lost the token marker"
     );
     let backend = fx.backend().clone();
     let guard = Lock::new("restarted")

@@ -6,9 +6,12 @@
 
 mod common;
 
+use common::cell::{marker, read_cell};
 use common::worker::{self, Worker};
+use common::{forget_marker, watch_key_events};
 use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason, Registry};
 use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use futures_util::StreamExt;
 use redis::AsyncCommands;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,10 +89,12 @@ fn worker_entry() {
 
 const CHAOS_PROCESSES: usize = 3;
 const CHAOS_TASKS: usize = 4;
-const CHAOS_SECTIONS: usize = 15;
+/// Sections done before two masters are killed, and at least as many after.
+const CHAOS_PHASE_SECTIONS: usize = 60;
 
 /// Sections on one key, each checking it is alone, writing to a fenced resource and logging its
-/// token in order, on a resource server of its own.
+/// token in order, on a resource server of its own — until the test sets `stop` there (once its
+/// chaos is done, however fast the sections are).
 async fn chaos_worker(masters: Vec<String>) {
     let resource = std::env::var("RESOURCE_URL").unwrap();
     let backend = Backend::redlock(masters)
@@ -107,8 +112,14 @@ async fn chaos_worker(masters: Vec<String>) {
         let fenced = fenced.clone();
         let mut redis = client.get_multiplexed_async_connection().await.unwrap();
         tasks.push(tokio::spawn(async move {
-            let (mut overlaps, mut rejected, mut errors) = (0u64, 0u64, Vec::new());
-            for _ in 0..CHAOS_SECTIONS {
+            let (mut sections, mut overlaps, mut rejected, mut errors) =
+                (0u64, 0u64, 0u64, Vec::new());
+            loop {
+                let stop: Option<String> = redis.get("stop").await.unwrap();
+                if stop.is_some() {
+                    break;
+                }
+                sections += 1;
                 let section = Lock::new("chaos")
                     .on(&backend)
                     .wait(Duration::from_secs(60))
@@ -126,12 +137,13 @@ async fn chaos_worker(masters: Vec<String>) {
                     errors.push(err.to_string());
                 }
             }
-            (overlaps, rejected, errors)
+            (sections, overlaps, rejected, errors)
         }));
     }
-    let (mut overlaps, mut rejected, mut errors) = (0, 0, Vec::new());
+    let (mut sections, mut overlaps, mut rejected, mut errors) = (0, 0, 0, Vec::new());
     for task in tasks {
-        let (o, r, e) = task.await.unwrap();
+        let (s, o, r, e) = task.await.unwrap();
+        sections += s;
         overlaps += o;
         rejected += r;
         errors.extend(e);
@@ -139,7 +151,7 @@ async fn chaos_worker(masters: Vec<String>) {
     worker::report(
         "done",
         format!(
-            "{overlaps} {rejected} {} {}",
+            "{sections} {overlaps} {rejected} {} {}",
             errors.len(),
             errors.join(" | ")
         ),
@@ -163,34 +175,37 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             )
         })
         .collect();
-    let sections = CHAOS_PROCESSES * CHAOS_TASKS * CHAOS_SECTIONS;
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (mut rng, seed) = Rng::seeded();
     let started = worker::start_together(&mut workers);
     // The chaos: one master at a time paused for 100 ms at random, every half second or so; two
-    // killed once a third of the sections are done (from then on every pause takes the quorum
-    // away for its duration).
+    // killed once CHAOS_PHASE_SECTIONS sections are done (from then on every pause takes the
+    // quorum away for its duration); the workers are stopped once as many more are done after
+    // the kill and there were at least six pauses.
     let chaos = {
-        let (masters, done, resource_addr) = (masters.clone(), done.clone(), resource.addr());
+        let (masters, resource_addr) = (masters.clone(), resource.addr());
         std::thread::spawn(move || {
+            let resource = |command: &[&str]| {
+                distlock_test_support::command_at(resource_addr, command, Duration::from_secs(5))
+                    .unwrap()
+            };
             let mut alive: Vec<usize> = (0..5).collect();
             let mut killed = Vec::new();
+            let mut killed_at = 0;
             let mut pauses = 0;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let progress = distlock_test_support::command_at(
-                    resource_addr,
-                    &["LLEN", "tokens"],
-                    Duration::from_secs(5),
-                )
-                .unwrap()
-                .as_int()
-                .unwrap() as usize;
-                if killed.is_empty() && progress >= sections / 3 {
+            loop {
+                let progress = resource(&["LLEN", "tokens"]).as_int().unwrap() as usize;
+                if killed.is_empty() && progress >= CHAOS_PHASE_SECTIONS {
                     for _ in 0..2 {
                         let victim = alive.remove(rng.below(alive.len()));
                         masters.lock().unwrap()[victim].kill();
                         killed.push(victim);
                     }
+                    killed_at = progress;
+                }
+                if !killed.is_empty() && pauses >= 6 && progress >= killed_at + CHAOS_PHASE_SECTIONS
+                {
+                    resource(&["SET", "stop", "1"]);
+                    break;
                 }
                 let paused = alive[rng.below(alive.len())];
                 masters.lock().unwrap()[paused].pause();
@@ -202,10 +217,11 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             (pauses, killed)
         })
     };
-    let (mut overlaps, mut rejected, mut errors) = (0u64, 0u64, Vec::new());
+    let (mut sections, mut overlaps, mut rejected, mut errors) = (0usize, 0u64, 0u64, Vec::new());
     for worker in &workers {
         let report = worker.expect("done", Duration::from_secs(240));
-        let mut fields = report.splitn(4, ' ');
+        let mut fields = report.splitn(5, ' ');
+        sections += fields.next().unwrap().parse::<usize>().unwrap();
         overlaps += fields.next().unwrap().parse::<u64>().unwrap();
         rejected += fields.next().unwrap().parse::<u64>().unwrap();
         let failed: usize = fields.next().unwrap().parse().unwrap();
@@ -213,7 +229,6 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             errors.push(fields.next().unwrap_or_default().to_owned());
         }
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
     let (pauses, killed) = chaos.join().unwrap();
     for worker in &mut workers {
         assert!(worker.wait().success());
@@ -238,7 +253,11 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
     assert!(errors.is_empty(), "sections failed: {errors:?}");
     assert_eq!(tokens.len(), sections, "every section completed");
     assert_eq!(killed.len(), 2, "two masters were killed midway");
-    assert!(pauses >= 5, "masters were paused: {pauses}");
+    assert!(pauses >= 6, "masters were paused: {pauses}");
+    assert!(
+        sections >= 2 * CHAOS_PHASE_SECTIONS,
+        "sections ran before and after the kill: {sections}"
+    );
     assert_eq!(overlaps, 0, "two holders were inside at once");
     assert_eq!(regressions, 0, "fencing tokens went back");
     assert_eq!(rejected, 0, "a holder's fenced write was rejected");
@@ -402,15 +421,10 @@ async fn a_master_slower_than_the_timeout_counts_as_a_refused_vote() {
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left: i64 = masters
+        let left = masters
             .iter()
-            .map(|server| {
-                server
-                    .command(&["EXISTS", &lock_key("slower")])
-                    .as_int()
-                    .unwrap()
-            })
-            .sum();
+            .filter(|server| read_cell(server, &lock_key("slower")).is_held())
+            .count();
         if left == 0 {
             break;
         }
@@ -431,23 +445,25 @@ async fn a_lost_reply_from_one_master_does_not_cost_its_vote() {
         b.watchdog_timeout(ttl)
     })
     .await;
+    // Every TTL change of the lock on the first master: the grant's `SET … PX`, then renewals.
+    let mut expires = watch_key_events(&masters[0], &lock_key("lost"), "Kg").await;
     // The first master grants, and its answer is lost on the way back.
     proxy.drop_next_reply_matching(b"*2\r\n:1\r\n", true);
     let guard = Lock::new("lost").on(&backend).acquire().await.unwrap();
     assert_eq!(proxy.dropped().await, 1);
     let holder = backend.inspect("lost").await.unwrap().unwrap();
-    // Two periods of renewal later, the master whose reply was lost holds the lock too, renewed.
-    tokio::time::sleep(ttl * 2 / 3).await;
-    let copy = masters[0].command(&["HGET", &lock_key("lost"), "owner"]);
-    assert_eq!(copy.as_str(), Some(holder.owner), "the vote stands");
-    let pttl = masters[0]
-        .command(&["PTTL", &lock_key("lost")])
-        .as_int()
-        .unwrap();
-    assert!(
-        pttl > ttl.as_millis() as i64 / 2,
-        "and is renewed: {pttl} ms"
-    );
+    let copy = read_cell(&masters[0], &lock_key("lost"));
+    assert_eq!(copy.owner(), Some(holder.owner.as_str()), "the vote stands");
+    // The grant, then a renewal there: the watchdog renews the copy whose reply was lost.
+    let renewed = async {
+        let mut expires = expires.on_message();
+        for _ in 0..2 {
+            expires.next().await.expect("the notification stream ended");
+        }
+    };
+    tokio::time::timeout(ttl * 5, renewed)
+        .await
+        .expect("the copy on the first master was never renewed");
     assert!(guard.is_held());
     guard.release().await.unwrap();
 }
@@ -509,10 +525,10 @@ async fn a_lease_survives_one_paused_master_and_is_lost_in_time_without_a_quorum
     );
 }
 
-/// Tokens stay monotonic across quorums when the largest vote came from a master that is then
-/// out of the next quorum, and when a minority loses its counters: only the write-back makes
-/// this hold (the masters' clocks are one clock here, so a master far ahead is simulated by its
-/// counter).
+/// Tokens stay monotonic across quorums when the largest vote came from masters that are then
+/// out of the next quorum, and when a minority loses its markers: only the write-back makes this
+/// hold (the masters' clocks are one clock here, so masters far ahead are simulated by their
+/// markers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_stay_monotonic_across_different_quorums() {
     let masters = RedisServer::start_many(5);
@@ -521,7 +537,7 @@ async fn fencing_tokens_stay_monotonic_across_different_quorums() {
         .master_timeout(MASTER_TIMEOUT)
         .build()
         .unwrap();
-    let counter = format!("{}:fence", lock_key("fenced"));
+    let lock = lock_key("fenced");
     let now_us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -530,14 +546,18 @@ async fn fencing_tokens_stay_monotonic_across_different_quorums() {
     let mut last = 0u64;
     let mut regressions = 0;
     for grant in 0..300 {
-        // Every 20 grants, some master's counter jumps an hour ahead (a clock that was ahead).
+        // Every 20 grants, the token markers of a quorum of masters jump an hour ahead (clocks
+        // that were ahead), so the next token comes from them and the other two learn it only by
+        // the write-back. The lock is free between grants: the key holds (at most) a marker.
         if grant % 20 == 0 {
-            let ahead = (now_us + 3_600_000_000 + grant as u64 * 1_000_000).to_string();
-            let master = rng.below(5);
-            assert_eq!(
-                masters[master].command(&["SET", &counter, &ahead]),
-                Reply::Simple("OK".into())
-            );
+            let ahead = marker(now_us + 3_600_000_000 + grant as u64 * 1_000_000);
+            let first = rng.below(5);
+            for master in [first, (first + 1) % 5, (first + 2) % 5] {
+                assert_eq!(
+                    masters[master].command(&["SET", &lock, &ahead]),
+                    Reply::Simple("OK".into())
+                );
+            }
         }
         // Faults: one master paused, or one master's counter lost — never more than two at once.
         let paused = (rng.below(3) == 0).then(|| rng.below(5));
@@ -547,7 +567,7 @@ async fn fencing_tokens_stay_monotonic_across_different_quorums() {
         if rng.below(4) == 0 {
             let lost = rng.below(5);
             if Some(lost) != paused {
-                masters[lost].command(&["DEL", &counter]);
+                forget_marker(&masters[lost], &lock);
             }
         }
         let token = Lock::new("fenced")
@@ -636,7 +656,7 @@ async fn a_comma_separated_distlock_url_means_redlock() {
         .iter()
         .map(|server| {
             server
-                .command(&["EXISTS", &format!("{}:fence", lock_key("from-env"))])
+                .command(&["EXISTS", &lock_key("from-env")])
                 .as_int()
                 .unwrap()
         })

@@ -210,15 +210,10 @@ struct Observed {
 
 fn observe_held(server: &RedisServer) -> Observed {
     let read_at = Instant::now();
-    let replies = server.pipeline(&[
-        &["HGET", "safety:{held}", "fence"],
-        &["PTTL", "safety:{held}"],
-    ]);
-    let token = replies[0]
-        .as_str()
-        .expect("the holder's lock exists")
-        .parse()
-        .unwrap();
+    let replies = server.pipeline(&[&["GET", "safety:{held}"], &["PTTL", "safety:{held}"]]);
+    let cell = common::cell::parse(&replies[0].as_str().expect("the holder's lock exists"));
+    assert!(cell.is_held(), "the holder's lock is held: {cell:?}");
+    let token = cell.token().unwrap();
     let pttl = replies[1].as_int().unwrap();
     assert!(pttl > 0, "the holder's lock has a TTL: {pttl}");
     let lease = Duration::from_millis(500);

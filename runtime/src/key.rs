@@ -111,7 +111,6 @@ pub(crate) fn validate(key: &str, max_len: usize) -> Result<(), LockError> {
 #[derive(Debug, Clone)]
 pub(crate) struct KeyNames {
     pub(crate) lock: String,
-    pub(crate) fence: String,
     pub(crate) channel: String,
 }
 
@@ -119,7 +118,6 @@ impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> KeyNames {
         let lock = format!("{prefix}:{{{key}}}");
         KeyNames {
-            fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
             lock,
         }
@@ -171,7 +169,6 @@ mod tests {
     fn names_share_one_hash_tag() {
         let names = KeyNames::new("app", "order:7");
         assert_eq!(names.lock, "app:{order:7}");
-        assert_eq!(names.fence, "app:{order:7}:fence");
         assert_eq!(names.channel, "app:{order:7}:released");
     }
 }

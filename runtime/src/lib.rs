@@ -39,7 +39,7 @@
 //!
 //! ## Guarantees, and their limits
 //! - A lock is released only by its owner (a fresh 20-byte random token per acquisition).
-//! - Fencing tokens strictly increase per key, even after the counter key is lost.
+//! - Fencing tokens strictly increase per key, even after the token marker a release leaves is lost.
 //! - Validity is tracked locally on a monotonic clock: a paused process learns at its next
 //!   [`checkpoint()`] that its lease is gone.
 //! - A lock alone is only approximately exclusive: a holder paused past its lease may still act.

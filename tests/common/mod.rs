@@ -2,8 +2,10 @@
 //! conformance suite can run against all of them.
 #![allow(dead_code)]
 
+pub mod cell;
 pub mod worker;
 
+use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
 use distlock_test_support::{RedisServer, Reply};
 use std::time::{Duration, Instant};
@@ -150,20 +152,14 @@ impl Fixture for SingleRedis {
     }
 
     async fn forget_fence_counter(&self, key: &str) {
-        let counter = format!("{}:fence", Self::lock_key(key));
-        assert_eq!(
-            self.server.command(&["DEL", &counter]),
-            Reply::Int(1),
-            "the counter existed"
+        assert!(
+            forget_marker(&self.server, &Self::lock_key(key)),
+            "the released lock left its token marker"
         );
     }
 
     async fn pttl(&self, key: &str) -> Option<Duration> {
-        match self.server.command(&["PTTL", &Self::lock_key(key)]) {
-            Reply::Int(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
-            Reply::Int(-2) => None,
-            other => panic!("unexpected PTTL reply {other:?}"),
-        }
+        held_pttl(&self.server, &Self::lock_key(key))
     }
 
     fn contender(&self) -> Backend {
@@ -180,16 +176,9 @@ impl Fixture for SingleRedis {
 }
 
 impl SingleRedis {
-    /// Every lock key under the prefix on the server (fence counters excluded).
+    /// Every lock held under the prefix on the server (the markers of free locks excluded).
     pub fn lock_keys_on_server(&self) -> Vec<String> {
-        let Reply::Array(Some(keys)) = self.server.command(&["KEYS", &format!("{PREFIX}:*")])
-        else {
-            panic!("KEYS failed")
-        };
-        keys.iter()
-            .filter_map(Reply::as_str)
-            .filter(|key| !key.ends_with(":fence"))
-            .collect()
+        held_lock_keys(&self.server)
     }
 
     /// Calls of `command` the server has executed (`INFO commandstats`), e.g. `evalsha`.
@@ -223,13 +212,7 @@ impl Redlock {
     pub fn pttls(&self, key: &str) -> Vec<Option<Duration>> {
         self.servers
             .iter()
-            .map(
-                |server| match server.command(&["PTTL", &SingleRedis::lock_key(key)]) {
-                    Reply::Int(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
-                    Reply::Int(-2) => None,
-                    other => panic!("unexpected PTTL reply {other:?}"),
-                },
-            )
+            .map(|server| held_pttl(server, &SingleRedis::lock_key(key)))
             .collect()
     }
 }
@@ -251,13 +234,13 @@ impl Fixture for Redlock {
     }
 
     async fn forget_fence_counter(&self, key: &str) {
-        let counter = format!("{}:fence", SingleRedis::lock_key(key));
-        let deleted: i64 = self
+        let lock = SingleRedis::lock_key(key);
+        let forgotten = self
             .servers
             .iter()
-            .map(|server| server.command(&["DEL", &counter]).as_int().unwrap())
-            .sum();
-        assert!(deleted >= 2, "a quorum of masters had the counter");
+            .filter(|server| forget_marker(server, &lock))
+            .count();
+        assert!(forgotten >= 2, "a quorum of masters had the marker");
     }
 
     /// The lock lives as long as a quorum (2 of 3) of its copies.
@@ -274,14 +257,7 @@ impl Fixture for Redlock {
     async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
         let mut held = std::collections::BTreeSet::new();
         for server in &self.servers {
-            let Reply::Array(Some(keys)) = server.command(&["KEYS", &format!("{PREFIX}:*")]) else {
-                panic!("KEYS failed")
-            };
-            held.extend(
-                keys.iter()
-                    .filter_map(Reply::as_str)
-                    .filter(|key| !key.ends_with(":fence")),
-            );
+            held.extend(held_lock_keys(server));
         }
         held.into_iter().collect()
     }
@@ -289,4 +265,77 @@ impl Fixture for Redlock {
     fn kind(&self) -> &'static str {
         "redlock"
     }
+}
+
+/// Every lock held under the prefix on `server` (the markers free locks leave excluded).
+pub fn held_lock_keys(server: &RedisServer) -> Vec<String> {
+    let Reply::Array(Some(keys)) = server.command(&["KEYS", &format!("{PREFIX}:*")]) else {
+        panic!("KEYS failed")
+    };
+    keys.iter()
+        .filter_map(Reply::as_str)
+        .filter(|key| read_cell(server, key).is_held())
+        .collect()
+}
+
+/// The remaining TTL of the lock `lock` on `server`; `None` when it is not held.
+pub fn held_pttl(server: &RedisServer, lock: &str) -> Option<Duration> {
+    if !read_cell(server, lock).is_held() {
+        return None;
+    }
+    match server.command(&["PTTL", lock]) {
+        Reply::Int(ms) if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+        Reply::Int(-2) => None,
+        other => panic!("unexpected PTTL reply {other:?}"),
+    }
+}
+
+/// Deletes the token marker a release left under `lock` on `server` (the counter lost: a
+/// restart, an eviction); `false` when there was none.
+pub fn forget_marker(server: &RedisServer, lock: &str) -> bool {
+    matches!(read_cell(server, lock), Cell::Free { .. })
+        && server.command(&["DEL", lock]) == Reply::Int(1)
+}
+
+/// Keyspace notifications of the writes to `lock` on `server` (string commands: the acquire's
+/// `SET`, the busy path's `SETRANGE`, the release's `SET` of the marker), subscribed before the
+/// call that must release it.
+pub async fn watch_lock_writes(server: &RedisServer, lock: &str) -> redis::aio::PubSub {
+    watch_key_events(server, lock, "K$").await
+}
+
+/// Keyspace notifications of `key` on `server` of the event `classes` (`notify-keyspace-events`
+/// syntax: `K$` string writes, `Kg` generic ones such as `expire`).
+pub async fn watch_key_events(
+    server: &RedisServer,
+    key: &str,
+    classes: &str,
+) -> redis::aio::PubSub {
+    server.command(&["CONFIG", "SET", "notify-keyspace-events", classes]);
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut writes = client.get_async_pubsub().await.unwrap();
+    writes
+        .subscribe(format!("__keyspace@0__:{key}"))
+        .await
+        .unwrap();
+    writes
+}
+
+/// Waits, woken by `writes`, until `lock` was *released* on `server` — it holds a release's
+/// marker; an expiry (which leaves no key and writes nothing) never satisfies it. `false` when
+/// `limit` passed first.
+pub async fn released_within(
+    server: &RedisServer,
+    writes: &mut redis::aio::PubSub,
+    lock: &str,
+    limit: Duration,
+) -> bool {
+    use futures_util::StreamExt;
+    let released = async {
+        let mut writes = writes.on_message();
+        while !matches!(read_cell(server, lock), Cell::Free { .. }) {
+            writes.next().await.expect("the notification stream ended");
+        }
+    };
+    tokio::time::timeout(limit, released).await.is_ok()
 }

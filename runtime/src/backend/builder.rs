@@ -160,9 +160,10 @@ impl BackendBuilder {
         self
     }
 
-    /// How long a key's fencing counter outlives the key's last acquisition. Tokens keep increasing
-    /// after the counter expires (they are at least the server time in µs); the counter only
-    /// guards against the server clock stepping back by less than this. Default 1 h.
+    /// How long a released lock's token marker (the last fencing token, which the next one must
+    /// exceed) stays on the server. Tokens keep increasing after the marker expires (they are at
+    /// least the server time in µs); the marker only guards against the server clock stepping back
+    /// by less than this. Default 1 h.
     pub fn fence_counter_ttl(mut self, ttl: Duration) -> Self {
         self.fence_counter_ttl = ttl;
         self

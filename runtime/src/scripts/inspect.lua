@@ -1,10 +1,14 @@
 -- Who holds a lock, for how long, with which token.
 --
--- KEYS[1]  lock key
+-- KEYS[1]  lock key (its layout: acquire.lua)
 --
 -- Returns {owner, fence, pttl} while held, or an empty array when free.
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if not owner then
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, 1) == 'F' then
   return {}
 end
-return {owner, tonumber(redis.call('HGET', KEYS[1], 'fence')), redis.call('PTTL', KEYS[1])}
+local space = string.find(value, ' ', 2, true)
+if not space then
+  return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' holds a value distlock did not write')
+end
+return {string.sub(value, space + 1), tonumber(string.sub(value, 2, space - 1)), redis.call('PTTL', KEYS[1])}

@@ -1,21 +1,24 @@
 -- Renew a batch of leases: each key's TTL is reset only if the key is still held by its owner.
 --
--- KEYS[i]      lock key i
+-- KEYS[i]      lock key i (its layout: acquire.lua)
 -- ARGV[2i-1]   owner token of key i
 -- ARGV[2i]     new TTL of key i in milliseconds
 --
--- Returns an array: element i is 1 when key i was renewed, 0 when it is gone, -1 when another
+-- Returns an array: element i is 1 when key i was renewed, 0 when it is free, -1 when another
 -- owner holds it.
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner = redis.call('HGET', key, 'owner')
-  if owner == ARGV[2 * i - 1] then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
-    result[i] = 1
-  elseif owner then
-    result[i] = -1
-  else
+  local value = redis.call('GET', key)
+  if not value or string.sub(value, 1, 1) == 'F' then
     result[i] = 0
+  else
+    local space = string.find(value, ' ', 2, true)
+    if space and string.sub(value, space + 1) == ARGV[2 * i - 1] then
+      redis.call('PEXPIRE', key, ARGV[2 * i])
+      result[i] = 1
+    else
+      result[i] = -1
+    end
   end
 end
 return result

@@ -149,24 +149,21 @@ impl Node {
         diagnose::failure(err, &self.prefix)
     }
 
-    /// `acquire.lua`: take the lock (or find it busy); the token is this server's, with its clock
-    /// counted in steps of `clock_step_us` (1 for µs).
+    /// `acquire.lua`: take the lock (or find it busy, and mark it waited on); the token is this
+    /// server's, with its clock counted in steps of `clock_step_us` (1 for µs).
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
         owner: &Owner,
         ttl: Duration,
-        fence_counter_ttl: Duration,
         clock_step_us: u32,
     ) -> EngineResult<Acquired> {
-        let (ttl, counter_ttl) = (millis(ttl), millis(fence_counter_ttl));
+        let ttl = millis(ttl);
         // The script's default step is 1 µs: the argument is sent only when it differs.
         let step = (clock_step_us != 1).then(|| clock_step_us.to_string());
-        let mut args: Vec<&[u8]> = vec![owner.as_bytes(), &ttl, &counter_ttl];
+        let mut args: Vec<&[u8]> = vec![owner.as_bytes(), &ttl];
         args.extend(step.as_deref().map(str::as_bytes));
-        let reply: Vec<i64> = self
-            .invoke(&ACQUIRE, &[&names.lock, &names.fence], &args)
-            .await?;
+        let reply: Vec<i64> = self.invoke(&ACQUIRE, &[&names.lock], &args).await?;
         match reply.as_slice() {
             [1, fence] if *fence > 0 => Ok(Acquired::Yes {
                 fence: *fence as u64,
@@ -178,40 +175,42 @@ impl Node {
         }
     }
 
-    /// `fence_writeback.lua`: raise the fence counter to `fence` (and record it as the lock's
-    /// token) where `owner` still holds the lock. `true` when it did.
+    /// `fence_writeback.lua`: record `fence` as the lock's token (and so, after the release, as
+    /// the marker the next token must exceed) where `owner` still holds the lock. `true` when it
+    /// did.
     pub(crate) async fn write_back_fence(
         &self,
         names: &KeyNames,
         owner: &Owner,
         fence: u64,
-        fence_counter_ttl: Duration,
     ) -> EngineResult<bool> {
         let done: i64 = self
             .invoke(
                 &FENCE_WRITEBACK,
-                &[&names.lock, &names.fence],
-                &[
-                    owner.as_bytes(),
-                    fence.to_string().as_bytes(),
-                    &millis(fence_counter_ttl),
-                ],
+                &[&names.lock],
+                &[owner.as_bytes(), fence.to_string().as_bytes()],
             )
             .await?;
         Ok(done == 1)
     }
 
-    /// `release.lua`: delete the lock if `owner` holds it and announce it.
+    /// `release.lua`: free the lock if `owner` holds it, leaving its token as a marker for
+    /// `fence_counter_ttl`, and announce it if anyone waits.
     pub(crate) async fn release(
         &self,
         names: &KeyNames,
         owner: &Owner,
+        fence_counter_ttl: Duration,
     ) -> EngineResult<ReleaseReply> {
         let code: i64 = self
             .invoke(
                 &RELEASE,
                 &[&names.lock],
-                &[owner.as_bytes(), names.channel.as_bytes()],
+                &[
+                    owner.as_bytes(),
+                    &millis(fence_counter_ttl),
+                    names.channel.as_bytes(),
+                ],
             )
             .await?;
         Ok(match code {

@@ -69,11 +69,7 @@ impl Engine for RedisEngine {
         owner: &'a Owner,
         ttl: Duration,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
-        Box::pin(async move {
-            self.node
-                .acquire(&self.names(key), owner, ttl, self.fence_counter_ttl, 1)
-                .await
-        })
+        Box::pin(async move { self.node.acquire(&self.names(key), owner, ttl, 1).await })
     }
 
     fn release<'a>(
@@ -83,7 +79,11 @@ impl Engine for RedisEngine {
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let names = self.names(key);
-            match self.node.release(&names, owner).await? {
+            match self
+                .node
+                .release(&names, owner, self.fence_counter_ttl)
+                .await?
+            {
                 ReleaseReply::Found(ownership) => Ok(ownership),
                 ReleaseReply::ReleasedUnannounced => {
                     report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);

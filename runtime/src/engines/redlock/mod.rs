@@ -4,23 +4,26 @@
 //!
 //! - **Acquire**: one owner token, the acquire script on every master in parallel (each bounded
 //!   by the per-master timeout). Each master that grants returns its *vote*: its own
-//!   `max(counter + 1, server µs)` (or, for an owner it already granted, the token recorded for
-//!   it). With a quorum (N/2 + 1) of votes the token is `T`, the largest vote of a quorum `S` of
-//!   them (the Q lowest), and it is written back — `counter = max(counter, T)` and the lock's
-//!   token set to `T`, only where the lock is still ours — on every granting master; `T` is
+//!   `max(marker + 1, server µs)` (or, for an owner it already granted, the token recorded for
+//!   it; the marker is the token a release left, see `acquire.lua`). With a quorum (N/2 + 1) of
+//!   votes the token is `T`, the largest vote of a quorum `S` of them (the Q lowest), and it is
+//!   written back — the lock's token set to `T`, which its release leaves as the marker, only
+//!   where the lock is still ours — on every granting master; `T` is
 //!   handed out only once a quorum confirmed the write-back and the attempt took less than the
 //!   lease's validity (TTL − drift). Votes count the clock in milliseconds, so masters whose
-//!   clocks and counters agree vote the same `T`; when every granting master voted `T` or more,
-//!   their counters hold it already and the write-back is skipped. Anything less and the attempt's votes are released on every
+//!   clocks and markers agree vote the same `T`; when every granting master voted `T` or more,
+//!   their locks hold it already and the write-back is skipped. Anything less and the attempt's
+//!   votes are released on every
 //!   master at once, so contenders that split the votes do not stall each other for a TTL.
 //! - **Why tokens stay monotonic**: a token `T` handed out was recorded on a quorum `W` while
 //!   our lock held each of those masters. A later grant takes its token as the largest vote of a
 //!   quorum `S'`, which shares a master `m` with `W`; its vote at `m` was taken after our lock
 //!   left `m` — a master holds one lock per key at a time, and ours was alive there at the
-//!   write-back — so after the write-back, and that vote is at least `T + 1`; so is the later
-//!   token. The same argument, with `S` against every earlier `W`, shows `T` exceeds every
+//!   write-back — so after the write-back, and that vote is at least `T + 1` (our release left
+//!   `T` as the marker; had our lock expired there instead, `m`'s clock moved on by the TTL, which
+//!   is enough while the masters' clocks agree within the TTL); so is the later token. The same argument, with `S` against every earlier `W`, shows `T` exceeds every
 //!   earlier token. It holds while fewer than a quorum of masters are faulty in all (down when a
-//!   token is granted, or losing their counters afterwards): the write-back reaches every
+//!   token is granted, or losing their markers afterwards): the write-back reaches every
 //!   master that granted, so a later quorum still meets one that remembers. Limit: a master
 //!   that loses its data (restarted without persistence) within a lease breaks Redlock's
 //!   exclusion itself; restart masters no sooner than the longest TTL after they stopped (the
@@ -56,7 +59,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Votes count the masters' clocks in milliseconds: masters whose clocks agree to the
-/// millisecond (and whose counters agree) vote the same token, and a token a quorum already
+/// millisecond (and whose markers agree) vote the same token, and a token a quorum already
 /// holds needs no write-back — the common case costs the round trips of a single server.
 const CLOCK_STEP_US: u32 = 1000;
 
@@ -158,11 +161,7 @@ impl RedlockEngine {
         let votes = fan_out(
             &self.masters,
             self.master_timeout,
-            |master| {
-                master
-                    .node
-                    .acquire(names, owner, ttl, self.fence_counter_ttl, CLOCK_STEP_US)
-            },
+            |master| master.node.acquire(names, owner, ttl, CLOCK_STEP_US),
             hopeless,
         )
         .await;
@@ -196,8 +195,8 @@ impl RedlockEngine {
         let mut votes: Vec<u64> = granted.iter().map(|(_, vote)| *vote).collect();
         votes.sort_unstable();
         let token = votes[self.quorum - 1];
-        // A master that voted `T` or more holds at least `T` as its counter already: when every
-        // granting master did, the write-back would change no counter, and every granting
+        // A master that voted `T` or more records at least `T` as its token already: when every
+        // granting master did, the write-back would change nothing, and every granting
         // master remembers `T` — as many as a write-back would reach.
         let confirmed = if votes[0] >= token {
             votes.len()
@@ -211,11 +210,7 @@ impl RedlockEngine {
             let recorded = fan_out(
                 granted.iter().map(|(index, _)| &self.masters[*index]),
                 self.master_timeout,
-                |master| {
-                    master
-                        .node
-                        .write_back_fence(names, owner, token, self.fence_counter_ttl)
-                },
+                |master| master.node.write_back_fence(names, owner, token),
                 |recorded| confirmations(recorded) >= self.quorum,
             )
             .await;
@@ -246,7 +241,7 @@ impl RedlockEngine {
         fan_out(
             &self.masters,
             self.master_timeout,
-            |master| master.node.release(names, owner),
+            |master| master.node.release(names, owner, self.fence_counter_ttl),
             all,
         )
         .await

@@ -1,0 +1,75 @@
+//! A lock key's value as the runtime's scripts lay it out (`runtime/src/scripts/acquire.lua`):
+//! `L<token> <owner>` held, `W<token> <owner>` held and waited on, `F<token>` free (the marker a
+//! release leaves so the next token is larger).
+
+use distlock_test_support::RedisServer;
+
+/// What one server holds under a lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    /// No key: never used, or expired.
+    Absent,
+    /// Released; the next token must exceed `last_token`.
+    Free { last_token: u64 },
+    /// Held by `owner` with `token`; `waited` once someone was told it is busy.
+    Held {
+        token: u64,
+        owner: String,
+        waited: bool,
+    },
+}
+
+impl Cell {
+    /// The token the key records, held or free.
+    pub fn token(&self) -> Option<u64> {
+        match self {
+            Cell::Absent => None,
+            Cell::Free { last_token } => Some(*last_token),
+            Cell::Held { token, .. } => Some(*token),
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        matches!(self, Cell::Held { .. })
+    }
+
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Cell::Held { owner, .. } => Some(owner),
+            _ => None,
+        }
+    }
+}
+
+/// Reads the lock key `server_key` (already prefixed) on `server`.
+pub fn read_cell(server: &RedisServer, server_key: &str) -> Cell {
+    let reply = server.command(&["GET", server_key]);
+    if reply.is_nil() {
+        return Cell::Absent;
+    }
+    parse(&reply.as_str().expect("a lock key holds a string"))
+}
+
+/// Parses a lock key's value; panics on anything the scripts do not write.
+pub fn parse(value: &str) -> Cell {
+    let (state, rest) = value.split_at(1);
+    match state {
+        "F" => Cell::Free {
+            last_token: rest.parse().expect("a marker holds a token"),
+        },
+        "L" | "W" => {
+            let (token, owner) = rest.split_once(' ').expect("`<token> <owner>`");
+            Cell::Held {
+                token: token.parse().expect("a numeric token"),
+                owner: owner.to_owned(),
+                waited: state == "W",
+            }
+        }
+        _ => panic!("not a lock value: {value:?}"),
+    }
+}
+
+/// The value of a free lock key whose last token was `token` (what a release leaves).
+pub fn marker(token: u64) -> String {
+    format!("F{token}")
+}
