@@ -73,6 +73,49 @@ async fn a_release_wakes_the_waiter_without_polling() {
     until_subscribers(&fx.server, "notified", 0).await;
 }
 
+/// A release publishes only when someone was told the lock is busy: uncontended cycles cost no
+/// PUBLISH; a busy reply marks the lock, and its release announces itself once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_lock_someone_waits_for_announces_its_release() {
+    let fx = SingleRedis::start(|b| b);
+    for _ in 0..20 {
+        Lock::new("alone")
+            .on(fx.backend())
+            .run(async {})
+            .await
+            .unwrap();
+    }
+    assert_eq!(fx.command_calls("publish"), 0, "nobody waited: no PUBLISH");
+    let holder = Lock::new("alone").on(fx.backend()).acquire().await.unwrap();
+    let busy = Lock::new("alone")
+        .on(&fx.another_backend())
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy:?}");
+    let cell = common::cell::read_cell(&fx.server, &SingleRedis::lock_key("alone"));
+    assert!(
+        matches!(cell, common::cell::Cell::Held { waited: true, .. }),
+        "{cell:?}"
+    );
+    holder.release().await.unwrap();
+    assert_eq!(
+        fx.command_calls("publish"),
+        1,
+        "the waited-on lock announced its release"
+    );
+    Lock::new("alone")
+        .on(fx.backend())
+        .run(async {})
+        .await
+        .unwrap();
+    assert_eq!(
+        fx.command_calls("publish"),
+        1,
+        "a new holder starts unmarked"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_inside_the_subscribe_window_is_not_missed() {
     let fx = SingleRedis::start(|b| b);
