@@ -19,8 +19,10 @@ use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
 /// Calls per stream; two streams run at once, so local queues see cancellations too.
-const CALLS_PER_STREAM: usize = 300;
-const STREAMS: usize = 2;
+const CALLS_PER_STREAM: usize = 200;
+/// More concurrent calls than a Redis engine sends on their own (2), so that calls also queue for
+/// a batch (group commit) and are cancelled there.
+const STREAMS: usize = 6;
 /// Keys a second client holds for the whole run: calls on them wait.
 const BLOCKED_KEYS: usize = 3;
 /// The property under test: no lock held this long after the last cancellation.
@@ -248,7 +250,7 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     let counts = counts.lock().unwrap();
     eprintln!(
         "CANCEL {}: {} calls (typical {typical:?}, seed {seed:#x}) cancelled: not started {}, \
-         acquire {}, wait {}, body {}, release {}; finished {}; background releases {}; \
+         acquire {}, wait {}, body {}, release {}; finished {}; batched {}; background releases {}; \
          left to expire {}; locks held {SETTLE:?} after the last cancellation: {}",
         fx.kind(),
         calls.load(Ordering::Relaxed),
@@ -258,6 +260,7 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
         counts.body,
         counts.release,
         counts.finished,
+        raw::batched_calls(&backend),
         stats.background_releases,
         stats.left_to_expire,
         held.len(),
@@ -288,6 +291,12 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
             raw::watched_channels(client),
             0,
             "{name}: a watch left behind"
+        );
+    }
+    if fx.kind() == "redis" {
+        assert!(
+            raw::batched_calls(&backend) > 0,
+            "no call waited for a batch: group commit was not exercised"
         );
     }
     // Every phase the backend can be dropped in was hit, many times: in-process acquires and

@@ -119,6 +119,12 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Channels with at least one local waiter (for tests of cleanup).
     fn watched_channels(&self) -> usize;
 
+    /// Calls that waited for a batch (group commit) instead of going out on their own, since
+    /// the engine was built; engines that do not batch answer 0.
+    fn batched_calls(&self) -> u64 {
+        0
+    }
+
     /// `true` when every future of this engine is ready at its first poll (the in-process
     /// map): a release can then run right where a guard is dropped, with no task and no runtime.
     fn answers_at_once(&self) -> bool {

@@ -116,12 +116,28 @@ pub(crate) struct KeyNames {
 
 impl KeyNames {
     pub(crate) fn new(prefix: &str, key: &str) -> KeyNames {
-        let lock = format!("{prefix}:{{{key}}}");
+        let lock = lock_name(prefix, key);
         KeyNames {
-            channel: format!("{lock}:released"),
+            channel: channel_of(&lock),
             lock,
         }
     }
+}
+
+/// The server-side name of `key`'s lock, `<prefix>:{<key>}` (the hot paths need only this one).
+pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
+    let mut lock = String::with_capacity(prefix.len() + key.len() + 3);
+    lock.push_str(prefix);
+    lock.push_str(":{");
+    lock.push_str(key);
+    lock.push('}');
+    lock
+}
+
+/// The release notification channel of the lock named `lock` (the release script derives it the
+/// same way).
+pub(crate) fn channel_of(lock: &str) -> String {
+    format!("{lock}:released")
 }
 
 #[cfg(test)]

@@ -144,6 +144,12 @@ pub mod raw {
         backend.inner.engine.watched_channels()
     }
 
+    /// Acquires and releases that went to the server in a batch (group commit) rather than on
+    /// their own.
+    pub fn batched_calls(backend: &Backend) -> u64 {
+        backend.inner.engine.batched_calls()
+    }
+
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
     #[cfg(feature = "__test-hooks")]

@@ -1,30 +1,39 @@
--- Release a lock if, and only if, it is still ours; tell waiters it is free if anyone waits.
+-- Release locks if, and only if, each is still ours; tell waiters a lock is free if anyone waits.
+-- A batch of keys (concurrent callers' releases coalesced into one call; a lone caller sends a
+-- batch of one).
 --
--- KEYS[1]  lock key (its layout: acquire.lua)
--- ARGV[1]  owner token
--- ARGV[2]  how long the token marker left in the key lives, in milliseconds
--- ARGV[3]  release notification channel of this key
+-- KEYS[i]    lock key i (its layout: acquire.lua); its notification channel is KEYS[i]:released
+-- ARGV[1]    how long the token marker left in a released key lives, in milliseconds
+-- ARGV[i+1]  owner token of key i
 --
--- Returns  1   released (and, if it was waited on, published on the channel)
---          2   released, but the server refused the notification (the user may not publish on
---              the channel): the release stands, waiters elsewhere learn of it by backoff
---          0   the lock is free: it expired before we released it
---         -1   another owner holds it now: left untouched
-local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, 1) == 'F' then
-  return 0
-end
-local space = string.find(value, ' ', 2, true)
-if not space or string.sub(value, space + 1) ~= ARGV[1] then
-  return -1
-end
--- The key stays as the token marker, so the next token is larger even if the clock steps back.
-redis.call('SET', KEYS[1], 'F' .. string.sub(value, 2, space - 1), 'PX', ARGV[2])
-if string.sub(value, 1, 1) == 'W' then
-  -- pcall: a refused PUBLISH must not turn a done release into an error reply.
-  local published = redis.pcall('PUBLISH', ARGV[3], KEYS[1])
-  if type(published) == 'table' and published.err then
-    return 2
+-- Returns an array, one element per key:
+--   1   released (and, if it was waited on, published on the channel)
+--   2   released, but the server refused the notification (the user may not publish on the
+--       channel): the release stands, waiters elsewhere learn of it by backoff
+--   0   the lock is free: it expired before we released it
+--  -1   another owner holds it now (or another program wrote the key): left untouched
+local result = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  local code = 0
+  if value and string.sub(value, 1, 1) ~= 'F' then
+    local space = string.find(value, ' ', 2, true)
+    if not space or string.sub(value, space + 1) ~= ARGV[i + 1] then
+      code = -1
+    else
+      -- The key stays as the token marker, so the next token is larger even if the clock steps
+      -- back.
+      redis.call('SET', key, 'F' .. string.sub(value, 2, space - 1), 'PX', ARGV[1])
+      code = 1
+      if string.sub(value, 1, 1) == 'W' then
+        -- pcall: a refused PUBLISH must not turn a done release into an error reply.
+        local published = redis.pcall('PUBLISH', key .. ':released', key)
+        if type(published) == 'table' and published.err then
+          code = 2
+        end
+      end
+    end
   end
+  result[i] = code
 end
-return 1
+return result

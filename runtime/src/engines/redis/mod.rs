@@ -2,7 +2,9 @@
 //! SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per server, TLS settings, and
 //! errors with advice.
 
+pub(crate) mod batches;
 pub(crate) mod diagnose;
+pub(crate) mod group_commit;
 pub(crate) mod node;
 pub(crate) mod pubsub;
 pub(crate) mod single;

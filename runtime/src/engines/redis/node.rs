@@ -31,6 +31,14 @@ impl Default for Timeouts {
     }
 }
 
+/// One lock of a batched acquire: its key (already prefixed), owner and lease TTL.
+#[derive(Debug, Clone)]
+pub(crate) struct LockCall {
+    pub(crate) lock: String,
+    pub(crate) owner: Owner,
+    pub(crate) ttl: Duration,
+}
+
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
@@ -149,8 +157,8 @@ impl Node {
         diagnose::failure(err, &self.prefix)
     }
 
-    /// `acquire.lua`: take the lock (or find it busy, and mark it waited on); the token is this
-    /// server's, with its clock counted in steps of `clock_step_us` (1 for µs).
+    /// `acquire.lua` for one lock: take it (or find it busy, and mark it waited on); the token is
+    /// this server's, with its clock counted in steps of `clock_step_us` (1 for µs).
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
@@ -158,21 +166,63 @@ impl Node {
         ttl: Duration,
         clock_step_us: u32,
     ) -> EngineResult<Acquired> {
-        let ttl = millis(ttl);
-        // The script's default step is 1 µs: the argument is sent only when it differs.
-        let step = (clock_step_us != 1).then(|| clock_step_us.to_string());
-        let mut args: Vec<&[u8]> = vec![owner.as_bytes(), &ttl];
-        args.extend(step.as_deref().map(str::as_bytes));
-        let reply: Vec<i64> = self.invoke(&ACQUIRE, &[&names.lock], &args).await?;
-        match reply.as_slice() {
-            [1, fence] if *fence > 0 => Ok(Acquired::Yes {
-                fence: *fence as u64,
-            }),
-            [0, pttl] => Ok(Acquired::Busy {
-                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-            }),
-            other => Err(unexpected("acquire", other)),
+        let item = LockCall {
+            lock: names.lock.clone(),
+            owner: owner.clone(),
+            ttl,
+        };
+        let mut answers = self
+            .acquire_many(std::slice::from_ref(&item), clock_step_us)
+            .await?;
+        answers
+            .pop()
+            .ok_or_else(|| unexpected("acquire", "no answer"))?
+    }
+
+    /// `acquire.lua` for a batch of locks (already prefixed): one answer per lock. A lock whose
+    /// key holds a value distlock did not write is answered with its own error; the others are
+    /// unaffected.
+    pub(crate) async fn acquire_many(
+        &self,
+        items: &[LockCall],
+        clock_step_us: u32,
+    ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        let step = clock_step_us.to_string();
+        let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * items.len());
+        args.push(step.as_bytes());
+        for (item, ttl) in items.iter().zip(&ttls) {
+            args.push(item.owner.as_bytes());
+            args.push(ttl);
         }
+        let reply: Vec<i64> = self.invoke(&ACQUIRE, &keys, &args).await?;
+        if reply.len() != 2 * items.len() {
+            return Err(unexpected("acquire", reply));
+        }
+        Ok(reply
+            .chunks_exact(2)
+            .zip(items)
+            .map(|(answer, item)| match *answer {
+                [1, fence] if fence > 0 => Ok(Acquired::Yes {
+                    fence: fence as u64,
+                }),
+                [0, pttl] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                }),
+                [-2, _] => Err(EngineFailure {
+                    ambiguous: false,
+                    source: format!(
+                        "the key {} holds a value distlock did not write: another program uses \
+                         this name; choose another prefix (BackendBuilder::prefix or \
+                         DISTLOCK_PREFIX)",
+                        item.lock
+                    )
+                    .into(),
+                }),
+                _ => Err(unexpected("acquire", answer)),
+            })
+            .collect())
     }
 
     /// `fence_writeback.lua`: record `fence` as the lock's token (and so, after the release, as
@@ -194,7 +244,7 @@ impl Node {
         Ok(done == 1)
     }
 
-    /// `release.lua`: free the lock if `owner` holds it, leaving its token as a marker for
+    /// `release.lua` for one lock: free it if `owner` holds it, leaving its token as a marker for
     /// `fence_counter_ttl`, and announce it if anyone waits.
     pub(crate) async fn release(
         &self,
@@ -202,21 +252,37 @@ impl Node {
         owner: &Owner,
         fence_counter_ttl: Duration,
     ) -> EngineResult<ReleaseReply> {
-        let code: i64 = self
-            .invoke(
-                &RELEASE,
-                &[&names.lock],
-                &[
-                    owner.as_bytes(),
-                    &millis(fence_counter_ttl),
-                    names.channel.as_bytes(),
-                ],
-            )
+        let item = (names.lock.clone(), owner.clone());
+        let mut answers = self
+            .release_many(std::slice::from_ref(&item), fence_counter_ttl)
             .await?;
-        Ok(match code {
-            2 => ReleaseReply::ReleasedUnannounced,
-            code => ReleaseReply::Found(ownership(code)),
-        })
+        answers
+            .pop()
+            .ok_or_else(|| unexpected("release", "no answer"))
+    }
+
+    /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.
+    pub(crate) async fn release_many(
+        &self,
+        items: &[(String, Owner)],
+        fence_counter_ttl: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        let keys: Vec<&str> = items.iter().map(|(lock, _)| lock.as_str()).collect();
+        let marker_ttl = millis(fence_counter_ttl);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + items.len());
+        args.push(&marker_ttl);
+        args.extend(items.iter().map(|(_, owner)| owner.as_bytes()));
+        let codes: Vec<i64> = self.invoke(&RELEASE, &keys, &args).await?;
+        if codes.len() != items.len() {
+            return Err(unexpected("release", codes));
+        }
+        Ok(codes
+            .into_iter()
+            .map(|code| match code {
+                2 => ReleaseReply::ReleasedUnannounced,
+                code => ReleaseReply::Found(ownership(code)),
+            })
+            .collect())
     }
 
     /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease.

@@ -1,17 +1,20 @@
 //! One Redis server (or a primary behind a stable address): the single-instance engine.
 //!
 //! Every operation is one script call on one [`Node`]: a redis-rs `ConnectionManager`,
-//! multiplexed (every task shares one socket) and reconnecting by itself. Release notifications
+//! multiplexed (every task shares one socket) and reconnecting by itself. Concurrent acquires
+//! (and releases) are coalesced into one script call ([`GroupCommit`]). Release notifications
 //! arrive on a second, pub/sub connection ([`Subscriber`]).
 
-use super::node::{report_refused_publish, Node, ReleaseReply, Timeouts};
+use super::batches::{AcquireBatch, ReleaseBatch};
+use super::group_commit::GroupCommit;
+use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, Timeouts};
 use super::pubsub::Subscriber;
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
 use crate::engine::{Acquired, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::key::KeyNames;
+use crate::key::{channel_of, lock_name, KeyNames};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::BoxFuture;
@@ -30,9 +33,10 @@ pub(crate) struct RedisConfig<'a> {
 }
 
 pub(crate) struct RedisEngine {
-    node: Node,
+    node: Arc<Node>,
+    acquires: GroupCommit<AcquireBatch>,
+    releases: GroupCommit<ReleaseBatch>,
     prefix: String,
-    fence_counter_ttl: Duration,
     subscriber: Arc<Subscriber>,
     /// A release notification was refused (and reported) already.
     publish_refused: AtomicBool,
@@ -40,7 +44,12 @@ pub(crate) struct RedisEngine {
 
 impl RedisEngine {
     pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
-        let node = Node::open(config.url, config.tls, config.timeouts, config.prefix)?;
+        let node = Arc::new(Node::open(
+            config.url,
+            config.tls,
+            config.timeouts,
+            config.prefix,
+        )?);
         let channels = Arc::new(Channels::needing(1));
         Ok(RedisEngine {
             subscriber: Subscriber::new(
@@ -50,9 +59,16 @@ impl RedisEngine {
                 config.hooks,
                 channels,
             ),
+            acquires: GroupCommit::new(Arc::new(AcquireBatch {
+                node: node.clone(),
+                fence_counter_ttl: config.fence_counter_ttl,
+            })),
+            releases: GroupCommit::new(Arc::new(ReleaseBatch {
+                node: node.clone(),
+                fence_counter_ttl: config.fence_counter_ttl,
+            })),
             node,
             prefix: config.prefix.to_owned(),
-            fence_counter_ttl: config.fence_counter_ttl,
             publish_refused: AtomicBool::new(false),
         })
     }
@@ -69,7 +85,14 @@ impl Engine for RedisEngine {
         owner: &'a Owner,
         ttl: Duration,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
-        Box::pin(async move { self.node.acquire(&self.names(key), owner, ttl, 1).await })
+        Box::pin(async move {
+            let call = LockCall {
+                lock: lock_name(&self.prefix, key),
+                owner: owner.clone(),
+                ttl,
+            };
+            self.acquires.submit(call).await?
+        })
     }
 
     fn release<'a>(
@@ -78,15 +101,12 @@ impl Engine for RedisEngine {
         owner: &'a Owner,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
-            let names = self.names(key);
-            match self
-                .node
-                .release(&names, owner, self.fence_counter_ttl)
-                .await?
-            {
+            let call = (lock_name(&self.prefix, key), owner.clone());
+            match self.releases.submit(call).await? {
                 ReleaseReply::Found(ownership) => Ok(ownership),
                 ReleaseReply::ReleasedUnannounced => {
-                    report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
+                    let channel = channel_of(&lock_name(&self.prefix, key));
+                    report_refused_publish(&self.publish_refused, &self.prefix, &channel);
                     Ok(Ownership::Ours)
                 }
             }
@@ -98,7 +118,10 @@ impl Engine for RedisEngine {
         batch: &'a [Renewal<'a>],
     ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
         Box::pin(async move {
-            let locks: Vec<String> = batch.iter().map(|item| self.names(item.key).lock).collect();
+            let locks: Vec<String> = batch
+                .iter()
+                .map(|item| lock_name(&self.prefix, item.key))
+                .collect();
             let answers = self.node.renew(&locks, batch).await?;
             Ok(answers.into_iter().map(Some).collect())
         })
@@ -119,6 +142,10 @@ impl Engine for RedisEngine {
 
     fn watched_channels(&self) -> usize {
         self.subscriber.watched()
+    }
+
+    fn batched_calls(&self) -> u64 {
+        self.acquires.queued() + self.releases.queued()
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {

@@ -2,8 +2,8 @@
 //! asked in parallel, never one after another, and the answers are read as they come, so a
 //! decided outcome (a quorum granted, a quorum impossible) need not wait for a slow or paused
 //! master. A request not waited for may or may not run: callers settle early only where either
-//! is harmless (a vote they will release, a renewal a quorum already made), and wait for every
-//! answer where it is not (releases).
+//! is harmless (a vote they will release, a renewal of a lease already lost), and wait for every
+//! answer where it is not (releases, renewals of a lease that holds).
 
 use crate::engine::{EngineFailure, EngineResult};
 use futures_util::stream::{FuturesUnordered, StreamExt};

@@ -388,10 +388,18 @@ impl Engine for RedlockEngine {
                 &self.masters,
                 self.master_timeout,
                 |master| master.node.renew(&locks, batch),
+                // Every master's renewal is waited for (within the per-master timeout), not only a
+                // quorum's: a renewal dropped once a quorum answered may never be sent (a master
+                // that is reconnecting, or loading the script), and its copy would expire — one
+                // master fewer between the lease and its loss. Only a lease already lost ends the
+                // wait early.
                 |answers| {
-                    self.tally(batch.len(), answers)
-                        .iter()
-                        .all(|tally| self.verdict(*tally).is_some())
+                    self.tally(batch.len(), answers).iter().any(|tally| {
+                        matches!(
+                            self.verdict(*tally),
+                            Some(Ownership::Gone | Ownership::Foreign)
+                        )
+                    })
                 },
             )
             .await;

@@ -1,0 +1,84 @@
+//! The lock scripts of one server as [`Batched`] calls, for [`GroupCommit`]: concurrent acquires
+//! (and releases) of one engine go to the server as one script call.
+//!
+//! [`GroupCommit`]: super::group_commit::GroupCommit
+
+use super::group_commit::Batched;
+use super::node::{LockCall, Node, ReleaseReply};
+use crate::engine::{Acquired, EngineResult};
+use crate::owner::Owner;
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `acquire.lua` over a batch of locks.
+pub(crate) struct AcquireBatch {
+    pub(crate) node: Arc<Node>,
+    pub(crate) fence_counter_ttl: Duration,
+}
+
+impl Batched for AcquireBatch {
+    type Item = LockCall;
+    type Answer = EngineResult<Acquired>;
+
+    fn run<'a>(&'a self, items: &'a [LockCall]) -> BoxFuture<'a, EngineResult<Vec<Self::Answer>>> {
+        Box::pin(self.node.acquire_many(items, 1))
+    }
+
+    fn abandoned(self: &Arc<Self>, item: LockCall, answer: Self::Answer) {
+        if let Ok(Acquired::Yes { .. }) = answer {
+            self.release_left_behind(item);
+        }
+    }
+
+    fn abandoned_unanswered(self: &Arc<Self>, item: LockCall) {
+        self.release_left_behind(item);
+    }
+}
+
+impl AcquireBatch {
+    /// Releases a lock its caller left behind (an ownership-checked release: harmless if the lock
+    /// was not taken). Failures are left to the lock's TTL, and logged.
+    fn release_left_behind(self: &Arc<Self>, item: LockCall) {
+        let batch = self.clone();
+        tokio::spawn(async move {
+            let released = batch
+                .node
+                .release_many(&[(item.lock, item.owner)], batch.fence_counter_ttl)
+                .await;
+            if let Err(failure) = released {
+                tracing::warn!(
+                    target: "distlock::release",
+                    error = %failure.source,
+                    "a lock whose caller left before its batched acquire was answered could not \
+                     be released; it expires by its TTL"
+                );
+            }
+        });
+    }
+}
+
+/// `release.lua` over a batch of locks.
+pub(crate) struct ReleaseBatch {
+    pub(crate) node: Arc<Node>,
+    pub(crate) fence_counter_ttl: Duration,
+}
+
+impl Batched for ReleaseBatch {
+    type Item = (String, Owner);
+    type Answer = ReleaseReply;
+
+    fn run<'a>(
+        &'a self,
+        items: &'a [(String, Owner)],
+    ) -> BoxFuture<'a, EngineResult<Vec<ReleaseReply>>> {
+        Box::pin(self.node.release_many(items, self.fence_counter_ttl))
+    }
+
+    /// A release is done whether or not its caller is still there.
+    fn abandoned(self: &Arc<Self>, _item: (String, Owner), _answer: ReleaseReply) {}
+
+    /// The caller that left hands its unconfirmed release to a background task of its own
+    /// (`release.rs`), which sends it again.
+    fn abandoned_unanswered(self: &Arc<Self>, _item: (String, Owner)) {}
+}
