@@ -3,6 +3,7 @@
 
 use crate::clients::LibId;
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) const HELP: &str = "\
@@ -44,6 +45,9 @@ OPTIONS:
     --masters N          Redis masters of the redlock workload [default: 5]
     --lease-ttl-ms N     lease TTL of the held-leases workload [default: 3000]
     --json-only          print only the JSON line
+    --svg DIR            also draw the run as DIR/throughput.svg and DIR/waits.svg
+    --plot FILE          draw nothing new: read a saved JSON line from FILE and write its
+                         pictures to the --svg DIR (default: the current directory)
     -h, --help           print this help
 
 Library variants: `distlock` uses the default watchdog lease (what #[distributed_lock] uses),
@@ -106,6 +110,8 @@ pub(crate) struct Config {
     /// Attribute workload: rounds × calls per round and variant.
     pub(crate) attribute_rounds: (usize, usize),
     pub(crate) json_only: bool,
+    /// Where to draw the run's pictures, if anywhere.
+    pub(crate) svg_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -127,6 +133,7 @@ impl Config {
             floor_requests: (20_000, 150_000),
             attribute_rounds: (15, 20_000),
             json_only: false,
+            svg_dir: None,
         }
     }
 
@@ -186,6 +193,11 @@ pub(crate) enum Mode {
     Help,
     Run(Config),
     Worker(WorkerArgs),
+    /// Redraw the pictures of a saved JSON line.
+    Plot {
+        from: PathBuf,
+        to: PathBuf,
+    },
 }
 
 pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Mode, String> {
@@ -206,6 +218,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Mode, St
 }
 
 fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
+    let mut plot_from: Option<PathBuf> = None;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -216,6 +229,8 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
             "-h" | "--help" => return Ok(Mode::Help),
             "--smoke" => {}
             "--json-only" => config.json_only = true,
+            "--svg" => config.svg_dir = Some(PathBuf::from(value()?)),
+            "--plot" => plot_from = Some(PathBuf::from(value()?)),
             "--runs" => config.runs = positive(flag, value()?)?,
             "--slices" => {
                 config.slices = positive(flag, value()?)?;
@@ -275,6 +290,10 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
             }
             other => return Err(format!("unknown argument `{other}`; see --help")),
         }
+    }
+    if let Some(from) = plot_from {
+        let to = config.svg_dir.unwrap_or_else(|| PathBuf::from("."));
+        return Ok(Mode::Plot { from, to });
     }
     Ok(Mode::Run(config))
 }

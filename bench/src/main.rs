@@ -13,6 +13,7 @@ mod cli;
 mod clients;
 mod floor;
 mod measure;
+mod plot;
 mod report;
 mod run;
 mod server_stats;
@@ -43,6 +44,15 @@ fn main() -> ExitCode {
             }
         },
         cli::Mode::Run(config) => bench(config),
+        cli::Mode::Plot { from, to } => {
+            match plot::read(&from).and_then(|json| plot::write(&json, &to)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    eprintln!("distlock-bench: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 
@@ -68,6 +78,13 @@ fn bench(config: cli::Config) -> ExitCode {
     }
     let _ = writeln!(stdout, "{}", report.json_line());
     let _ = stdout.flush();
+    if let Some(dir) = &config.svg_dir {
+        if let Err(message) = plot::write(report.json(), dir) {
+            eprintln!("distlock-bench: {message}");
+            return ExitCode::FAILURE;
+        }
+        eprintln!("distlock-bench: pictures in {}", dir.display());
+    }
     drop(runtime);
     ExitCode::SUCCESS
 }

@@ -305,6 +305,7 @@ impl Report {
             "contended_slices": config.contended_slices,
             "aggregate": "median over samples: runs, times slices for sequential, parallel and contended",
             "config": {
+                "runs": config.runs,
                 "duration_s": config.duration.as_secs_f64(),
                 "tasks": config.tasks,
                 "contenders": config.contenders,
@@ -327,6 +328,11 @@ impl Report {
             "targets_met": self.targets.iter().filter(|t| t.met == Some(true)).count(),
             "targets_missed": self.targets.iter().filter(|t| t.met == Some(false)).count(),
         })
+    }
+
+    /// Everything measured, as the JSON line holds it.
+    pub(crate) fn json(&self) -> &Value {
+        &self.json
     }
 
     /// The machine-readable line: one JSON object, no newlines inside.
