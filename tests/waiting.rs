@@ -73,8 +73,118 @@ async fn a_release_wakes_the_waiter_without_polling() {
     until_subscribers(&fx.server, "notified", 0).await;
 }
 
-/// A release publishes only when someone was told the lock is busy: uncontended cycles cost no
-/// PUBLISH; a busy reply marks the lock, and its release announces itself once.
+/// Yields until `done` holds, for at most `limit`; `false` if it never did.
+async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::task::yield_now().await;
+    }
+    true
+}
+
+/// A local handoff costs one round trip: the next local waiter takes its turn as soon as the
+/// holder's release request is on its way — here while a partition holds that request
+/// unanswered — and its acquire follows the release on the one connection, so the server, running
+/// them in order, grants it without a "busy" reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_waiter_contends_behind_the_release_on_its_way() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let backend = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    // Load the scripts first, so no NOSCRIPT round trip is in the way.
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    let holder = Lock::new("handoff").on(&backend).acquire().await.unwrap();
+    let first = holder.fencing_token();
+    let waiter = tokio::spawn({
+        let backend = backend.clone();
+        async move {
+            let guard = Lock::new("handoff")
+                .on(&backend)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            let token = guard.fencing_token();
+            guard.release().await.unwrap();
+            token
+        }
+    });
+    assert!(until(PROMPT, || raw::local_waiters(&backend) == 1).await);
+    proxy.blackhole(true);
+    let release = tokio::spawn(holder.release());
+    assert!(
+        until(PROMPT, || raw::local_waiters(&backend) == 0).await,
+        "the waiter got its turn only after the release was answered"
+    );
+    assert!(!release.is_finished(), "the partition holds the release");
+    proxy.blackhole(false);
+    assert_eq!(
+        release.await.unwrap().unwrap(),
+        distlock::Released::Released
+    );
+    let second = waiter.await.unwrap();
+    assert!(second > first, "a new token: {second} after {first}");
+    assert_eq!(
+        backend.stats().busy_replies,
+        0,
+        "the server ran the release before the waiter's acquire"
+    );
+}
+
+/// A release that other processes wait for goes to them first: the releasing process's next
+/// local task, whose acquire follows the release on the same connection, is answered "busy"
+/// while the notified waiter of the other process takes the lock — processes alternate instead
+/// of one keeping the lock among its own tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notified_waiter_of_another_process_goes_before_the_next_local_task() {
+    let fx = SingleRedis::start(|b| b);
+    let here = fx.backend().clone();
+    // The other process is far away (its notification and its acquire each take 20 ms more),
+    // so without a head start its waiter could never be first.
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let elsewhere = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    // The head start must cover that distance, or the test would measure the machine.
+    raw::set_handoff_window(&here, Duration::from_secs(5));
+    // Load the scripts, so that the release is not sent twice (NOSCRIPT) behind the local acquire.
+    Lock::new("warm-up").on(&here).run(async {}).await.unwrap();
+    let holder = Lock::new("alternate").on(&here).acquire().await.unwrap();
+    let remote = spawn_waiter(&elsewhere, "alternate", Duration::from_secs(30));
+    until_subscribers(&fx.server, "alternate", 1).await;
+    proxy.set_delay(Duration::from_millis(10));
+    let local = spawn_waiter(&here, "alternate", Duration::from_secs(30));
+    assert!(until(PROMPT, || raw::local_waiters(&here) == 1).await);
+    holder.release().await.unwrap();
+    let (remote_at, local_at) = (
+        remote.await.unwrap().unwrap(),
+        local.await.unwrap().unwrap(),
+    );
+    assert!(
+        remote_at < local_at,
+        "the other process's notified waiter went first ({:?} before the local task)",
+        local_at - remote_at
+    );
+    assert!(
+        here.stats().busy_replies >= 1,
+        "the local task's first try was refused"
+    );
+}
+
+/// A release publishes only when a caller that waits was told the lock is busy: uncontended
+/// cycles and single tries cost no PUBLISH; a waiter's busy reply marks the lock, and its release
+/// announces itself once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_lock_someone_waits_for_announces_its_release() {
     let fx = SingleRedis::start(|b| b);
@@ -87,12 +197,21 @@ async fn only_a_lock_someone_waits_for_announces_its_release() {
     }
     assert_eq!(fx.command_calls("publish"), 0, "nobody waited: no PUBLISH");
     let holder = Lock::new("alone").on(fx.backend()).acquire().await.unwrap();
-    let busy = Lock::new("alone")
-        .on(&fx.another_backend())
+    let other = fx.another_backend();
+    let tried = Lock::new("alone").on(&other).acquire().await.unwrap_err();
+    assert!(matches!(tried, LockError::Busy { .. }), "{tried:?}");
+    let cell = common::cell::read_cell(&fx.server, &SingleRedis::lock_key("alone"));
+    assert!(
+        matches!(cell, common::cell::Cell::Held { waited: false, .. }),
+        "a single try does not mark the lock: {cell:?}"
+    );
+    let gave_up = Lock::new("alone")
+        .on(&other)
+        .wait(Duration::from_millis(50))
         .acquire()
         .await
         .unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "{busy:?}");
+    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
     let cell = common::cell::read_cell(&fx.server, &SingleRedis::lock_key("alone"));
     assert!(
         matches!(cell, common::cell::Cell::Held { waited: true, .. }),
@@ -104,8 +223,11 @@ async fn only_a_lock_someone_waits_for_announces_its_release() {
         1,
         "the waited-on lock announced its release"
     );
+    // Within the release's handoff window a first try is refused; a caller that waits gets the
+    // lock once the window passes (or at once, as a waiter, after its first "busy").
     Lock::new("alone")
         .on(fx.backend())
+        .wait(Duration::from_secs(5))
         .run(async {})
         .await
         .unwrap();
@@ -345,6 +467,13 @@ async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
     let fx = SingleRedis::start(|b| b);
+    // Load the scripts: a release answered NOSCRIPT is sent again, behind the next local
+    // acquire, which would then be answered "busy" once.
+    Lock::new("warm-up")
+        .on(fx.backend())
+        .run(async {})
+        .await
+        .unwrap();
     let holder = Lock::new("fifo").on(fx.backend()).acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();

@@ -4,7 +4,7 @@
 
 use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
-use crate::engine::Acquired;
+use crate::engine::{Acquired, Asker};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
 use crate::lease::{HeldLease, Terms};
@@ -75,12 +75,19 @@ impl Request<'_> {
         let mut attempts = 0u32;
         let mut failed_in_a_row = 0u32;
         let mut subscribed_since_last_wait = false;
+        // A caller with no wait budget tries once; one that waits becomes `Waiting` at its first
+        // busy reply, and a lock released to notified waiters is then its as much as theirs.
+        let mut asker = if self.remaining() == Some(Duration::ZERO) {
+            Asker::Once
+        } else {
+            Asker::WillWait
+        };
         loop {
             attempts += 1;
             let sent_at = Instant::now();
             attempt.in_flight = true;
             let outcome = engine
-                .acquire(&attempt.key, &attempt.owner, self.terms.ttl)
+                .acquire(&attempt.key, &attempt.owner, self.terms.ttl, asker)
                 .await;
             attempt.in_flight = false;
             let span = tracing::Span::current();
@@ -91,19 +98,22 @@ impl Request<'_> {
                     Stats::bump(&inner.stats.acquired);
                     return Ok(attempt.claim(self, fence, sent_at));
                 }
-                Ok(Acquired::Busy { ttl: holder_ttl }) => {
+                Ok(Acquired::Busy {
+                    ttl: holder_ttl,
+                    reserved,
+                }) => {
                     Stats::bump(&inner.stats.busy_replies);
+                    asker = Asker::Waiting;
                     failed_in_a_row = 0;
                     let remaining = self.remaining();
                     if remaining == Some(Duration::ZERO) {
                         return Err(self.busy(attempt.key.clone()));
                     }
                     let (backoff, hooks) = waiting.get_or_insert_with(|| start_waiting(inner));
-                    let turn = attempt
+                    let confirmed = attempt
                         .turn
-                        .as_mut()
-                        .expect("the turn is kept until claimed");
-                    let confirmed = turn
+                        .as_ref()
+                        .expect("the turn is kept until claimed")
                         .watch
                         .as_ref()
                         .is_some_and(|watch| watch.is_confirmed());
@@ -120,13 +130,31 @@ impl Request<'_> {
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
                         attempt.turn.as_mut().expect("kept").watch = Some(watch);
                         subscribed_since_last_wait = true;
-                        continue;
+                        // Nothing is held while the lock is reserved: no release can slip by
+                        // unseen, so no re-check is needed — and one now would take the lock
+                        // from the waiters it is reserved for.
+                        if !reserved {
+                            continue;
+                        }
                     }
                     // An unconfirmed subscription (the server did not answer) is retried once
                     // per backoff period, never in a tight loop.
                     subscribed_since_last_wait = false;
-                    let watch = turn.watch.as_mut().expect("subscribed above");
-                    let delay = backoff.next_delay(remaining, holder_ttl);
+                    // A lock left to the waiters a release notified is theirs until the
+                    // reservation ends: wait exactly that long (or for a notification), not a
+                    // jittered backoff, whose short sleeps would let this caller — a waiter from
+                    // now on — take it from them.
+                    let delay = match (reserved, holder_ttl) {
+                        (true, Some(left)) => remaining.map_or(left, |budget| left.min(budget)),
+                        _ => backoff.next_delay(remaining, holder_ttl),
+                    };
+                    let watch = attempt
+                        .turn
+                        .as_mut()
+                        .expect("kept")
+                        .watch
+                        .as_mut()
+                        .expect("subscribed above");
                     tokio::select! {
                         () = watch.released() => {}
                         () = tokio::time::sleep(delay) => {}

@@ -16,10 +16,31 @@ pub(crate) enum Acquired {
     /// The lock is ours, with this fencing token.
     Yes { fence: u64 },
     /// Another owner holds it for about `ttl` more (None when the server could not say).
-    Busy { ttl: Option<Duration> },
+    Busy {
+        ttl: Option<Duration>,
+        /// Not held, but left for `ttl` to the waiters a release notified (the caller was not
+        /// one of them).
+        reserved: bool,
+    },
 }
 
 /// What a release or a renewal found on the server.
+/// Who asks for a lock, which decides what a busy reply does on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asker {
+    /// A single try: a busy reply is final, so the lock is not marked as waited on (its release
+    /// need not announce itself for this caller).
+    Once,
+    /// The first try of a caller that waits if the lock is busy: a busy reply marks the lock as
+    /// waited on.
+    WillWait,
+    /// A caller told "busy" before, still waiting: a lock its holder just released to the
+    /// waiters it notified is this caller's as much as theirs, while first tries must wait a
+    /// moment (so that the releasing process's next task, whose acquire follows the release on
+    /// its connection, cannot take the lock from the waiters of other processes every time).
+    Waiting,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ownership {
     /// Ours: released or renewed.
@@ -82,12 +103,14 @@ pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
 /// releases with the owner token, the release path finishes in the background).
 pub(crate) trait Engine: Send + Sync + 'static {
     /// Take `key` for `owner` with a TTL, or find it busy. Already held by `owner`: refresh the TTL
-    /// and return the token issued the first time (idempotent retry).
+    /// and return the token issued the first time (idempotent retry). `asker` says whether a busy
+    /// reply ends the call, starts a wait, or continues one (see [`Asker`]).
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
+        asker: Asker,
     ) -> BoxFuture<'a, EngineResult<Acquired>>;
 
     /// Delete `key` if `owner` holds it, and notify waiters.

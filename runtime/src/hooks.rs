@@ -19,6 +19,9 @@ pub(crate) struct TestHooks {
     /// A pause between the server's SUBSCRIBE reply and the local confirmation: the window in
     /// which the notification connection can die unseen by the confirmation.
     pub(crate) confirm_delay: Duration,
+    /// How long the waiters a release notifies have the lock first (zero: the default,
+    /// `HANDOFF_WINDOW`), so that a test's slow notification still lands inside it.
+    pub(crate) handoff_window: Duration,
 }
 
 /// Shared by the backend handle and its engine.

@@ -47,7 +47,7 @@ pub fn assert_from_lock_error<E: From<LockError>>() {}
 /// tests. Never use them in application code.
 pub mod raw {
     use crate::backend::Backend;
-    use crate::engine::{Acquired, Ownership, Renewal};
+    use crate::engine::{Acquired, Asker, Ownership, Renewal};
     use crate::owner::Owner;
     use crate::LockError;
     use std::time::Duration;
@@ -77,7 +77,12 @@ pub mod raw {
         token: &str,
         ttl: Duration,
     ) -> Result<Option<u64>, LockError> {
-        match backend.inner.engine.acquire(key, &owner(token), ttl).await {
+        match backend
+            .inner
+            .engine
+            .acquire(key, &owner(token), ttl, Asker::Once)
+            .await
+        {
             Ok(Acquired::Yes { fence }) => Ok(Some(fence)),
             Ok(Acquired::Busy { .. }) => Ok(None),
             Err(failure) => Err(backend.backend_error("acquire", failure)),
@@ -162,6 +167,12 @@ pub mod raw {
     #[cfg(feature = "__test-hooks")]
     pub fn set_confirm_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.confirm_delay = delay);
+    }
+
+    /// Test hook: how long the waiters a release notifies have the lock before anyone else.
+    #[cfg(feature = "__test-hooks")]
+    pub fn set_handoff_window(backend: &Backend, window: Duration) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| hooks.handoff_window = window);
     }
 
     /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release

@@ -3,8 +3,10 @@
 //! same release finished in the background, so a lock outlives its caller by one round trip, not
 //! by a TTL.
 //!
-//! Each key's local turn passes on only once the server has seen the key's release: the next
-//! local waiter then finds the key free instead of busy.
+//! Each key's local turn passes on as soon as the key's release request is on its way: the next
+//! local waiter's acquire follows it on the same ordered connection, so the server runs the
+//! release first and the waiter finds the key free — one round trip after the release, not two.
+//! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;
 use crate::engine::Ownership;
@@ -14,7 +16,9 @@ use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
 use futures_util::FutureExt;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use tracing::Instrument;
 
 /// What a release found.
@@ -50,13 +54,12 @@ pub(crate) async fn release_all(
     while let Some(lease) = rest.leases.front() {
         // From here on the front key's release may have run on the server.
         rest.front_sent = true;
-        let outcome = release_one(backend, lease, false).await;
+        let outcome = pass_turn_once_sent(lease, release_one(backend, lease, false)).await;
         rest.front_sent = false;
         let lease = rest
             .leases
             .pop_front()
             .expect("the front was just borrowed");
-        // Only now may the next local waiter contend: the server has seen our release.
         lease.pass_turn();
         match outcome {
             Ok(Released::Released) => {}
@@ -70,6 +73,26 @@ pub(crate) async fn release_all(
         Some(err) => Err(err),
         None => Ok(worst),
     }
+}
+
+/// Runs `release` for `lease`, passing the key's local turn on as soon as the release request is
+/// on its way (its first poll has handed it to the connection) rather than when it is answered:
+/// the next local waiter's acquire then follows the release on the same ordered connection, the
+/// server runs them in that order, and a local handoff costs one round trip instead of two. The
+/// turn is only this process's queue order — the server's lock is what excludes — so passing it
+/// early is never unsafe: if the acquire does overtake the release (a release queued for a batch,
+/// a connection being re-established), it is answered "busy", marks the lock waited on, and the
+/// release's notification wakes it.
+async fn pass_turn_once_sent<F: Future>(lease: &HeldLease, release: F) -> F::Output {
+    // Unconstrained: tokio's cooperative budget must not make the first poll return before the
+    // request is handed to the connection (the acquire behind it would then overtake it).
+    let mut release = std::pin::pin!(tokio::task::unconstrained(release));
+    let first_poll = std::future::poll_fn(|cx| Poll::Ready(release.as_mut().poll(cx))).await;
+    if let Poll::Ready(outcome) = first_poll {
+        return outcome;
+    }
+    lease.pass_turn();
+    release.await
 }
 
 /// The keys a foreground release has not finished; released in the background if it is dropped.

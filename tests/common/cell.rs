@@ -1,6 +1,7 @@
 //! A lock key's value as the runtime's scripts lay it out (`runtime/src/scripts/acquire.lua`):
 //! `L<token> <owner>` held, `W<token> <owner>` held and waited on, `F<token>` free (the marker a
-//! release leaves so the next token is larger).
+//! release leaves so the next token is larger), `P<token> <until>` free and left to the waiters
+//! the release notified until then (`Q`: and someone was turned away meanwhile).
 
 use distlock_test_support::RedisServer;
 
@@ -56,6 +57,14 @@ pub fn parse(value: &str) -> Cell {
     match state {
         "F" => Cell::Free {
             last_token: rest.parse().expect("a marker holds a token"),
+        },
+        // Released to notified waiters for a moment: `P<token> <until µs>` (`Q`: and someone was
+        // turned away meanwhile).
+        "P" | "Q" => Cell::Free {
+            last_token: rest
+                .split_once(' ')
+                .and_then(|(token, _)| token.parse().ok())
+                .expect("`<token> <until>`"),
         },
         "L" | "W" => {
             let (token, owner) = rest.split_once(' ').expect("`<token> <owner>`");

@@ -6,7 +6,7 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
-use crate::engine::{Acquired, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
@@ -98,6 +98,7 @@ impl InProcessEngine {
                     return Acquired::Yes { fence: entry.fence };
                 }
                 return Acquired::Busy {
+                    reserved: false,
                     ttl: Some(entry.expires_at - now),
                 };
             }
@@ -149,6 +150,9 @@ impl Engine for InProcessEngine {
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
+        // One process, whose local queue orders every caller: no other process's waiters to let
+        // first, and no release to announce beyond the queue.
+        _asker: Asker,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(future::ready(Ok(self.acquire_now(key, owner, ttl))))
     }

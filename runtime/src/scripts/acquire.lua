@@ -2,20 +2,34 @@
 -- (concurrent callers' acquires coalesced into one call; a lone caller sends a batch of one).
 --
 -- KEYS[i]    lock key i. Its value is one string, so a lock costs one key and one SET:
---              "L<fence> <owner>"  held
---              "W<fence> <owner>"  held, and someone was told it is busy (release will publish)
---              "F<fence>"          free: the last token issued, kept by release for the counter TTL
+--              "L<fence> <owner>"     held
+--              "W<fence> <owner>"     held, and someone was told it is busy (release will publish)
+--              "F<fence>"             free: the last token issued, kept by release for the
+--                                     counter TTL
+--              "P<fence> <until_us>"  free, and the waiters the release notified have it first
+--                                     until server time until_us (a local successor that follows
+--                                     the release on its connection must not beat them)
+--              "Q<fence> <until_us>"  the same, and someone was turned away meanwhile: a notified
+--                                     waiter that takes it holds it as "W", so that its release
+--                                     wakes them
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
 --            write-back round trip
--- ARGV[2i]   owner token of key i (new for every acquisition; no spaces)
--- ARGV[2i+1] lease TTL of key i in milliseconds
+-- ARGV[3i-1] owner token of key i (new for every acquisition; no spaces)
+-- ARGV[3i]   lease TTL of key i in milliseconds
+-- ARGV[3i+1] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
+--            waited on), "1" the first try of a caller that waits when it is busy, "2" a caller
+--            told it is busy before (a waiter, notified or backing off), which has the lock
+--            first while a release's "P" marker lasts
 --
 -- Returns a flat array, two elements per key:
 --   1, fence    acquired (or already ours: an idempotent retry refreshes the TTL and returns the
 --               token issued the first time)
 --   0, pttl     held by another owner, which keeps it for pttl more milliseconds; the lock is
---               marked as waited on, so its release announces itself
+--               marked as waited on (unless the caller tries once), so its release announces
+--               itself
+--   3, left     free, but left to the waiters a release notified for `left` more milliseconds
+--               (the caller is not one of them: it waits that long, or for a notification)
 --  -2, 0        the key holds a value distlock did not write (another program uses the name)
 --
 -- Fencing tokens are max(last + 1, server time in µs), `last` being the token a release left in
@@ -24,40 +38,57 @@
 -- bounds memory. Both stay exact as Lua doubles below 2^53 (about 285 years of µs). Numbers are
 -- written with string.format('%.0f'): tostring() keeps only 14 significant digits.
 local step = tonumber(ARGV[1])
-local now_us
+local now
+local function clock()
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  end
+  return now
+end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, ttl = ARGV[2 * i], ARGV[2 * i + 1]
+  local owner, ttl, asker = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
   local value = redis.call('GET', key)
   local last = 0
+  local held_as = 'L'
   local code, answer
   if value then
     local state = string.sub(value, 1, 1)
+    local space = string.find(value, ' ', 2, true)
     if state == 'F' then
       last = tonumber(string.sub(value, 2)) or 0
-    else
-      local space = string.find(value, ' ', 2, true)
-      if (state ~= 'L' and state ~= 'W') or not space then
-        code, answer = -2, 0
-      elseif string.sub(value, space + 1) == owner then
-        redis.call('PEXPIRE', key, ttl)
-        code, answer = 1, tonumber(string.sub(value, 2, space - 1))
-      else
-        if state == 'L' then
-          redis.call('SETRANGE', key, 0, 'W')
+    elseif (state == 'P' or state == 'Q') and space then
+      last = tonumber(string.sub(value, 2, space - 1)) or 0
+      local left_ms = math.ceil((tonumber(string.sub(value, space + 1)) - clock()) / 1000)
+      if left_ms > 0 then
+        if asker == '2' then
+          if state == 'Q' then
+            held_as = 'W'
+          end
+        else
+          if state == 'P' and asker == '1' then
+            redis.call('SETRANGE', key, 0, 'Q')
+          end
+          code, answer = 3, left_ms
         end
-        code, answer = 0, redis.call('PTTL', key)
       end
+    elseif (state ~= 'L' and state ~= 'W') or not space then
+      code, answer = -2, 0
+    elseif string.sub(value, space + 1) == owner then
+      redis.call('PEXPIRE', key, ttl)
+      code, answer = 1, tonumber(string.sub(value, 2, space - 1))
+    else
+      if state == 'L' and asker ~= '0' then
+        redis.call('SETRANGE', key, 0, 'W')
+      end
+      code, answer = 0, redis.call('PTTL', key)
     end
   end
   if not code then
-    if not now_us then
-      local now = redis.call('TIME')
-      now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-      now_us = now_us - now_us % step
-    end
-    local fence = math.max(last + 1, now_us)
-    redis.call('SET', key, 'L' .. string.format('%.0f', fence) .. ' ' .. owner, 'PX', ttl)
+    local now_us = clock()
+    local fence = math.max(last + 1, now_us - now_us % step)
+    redis.call('SET', key, held_as .. string.format('%.0f', fence) .. ' ' .. owner, 'PX', ttl)
     code, answer = 1, fence
   end
   result[2 * i - 1] = code

@@ -9,7 +9,8 @@
 -- Returns 1  recorded
 --         0  the lock is not ours here (expired, released, taken): nothing written
 local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, 1) == 'F' then
+local state = value and string.sub(value, 1, 1)
+if state ~= 'L' and state ~= 'W' then
   return 0
 end
 local space = string.find(value, ' ', 2, true)

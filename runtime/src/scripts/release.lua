@@ -4,7 +4,8 @@
 --
 -- KEYS[i]    lock key i (its layout: acquire.lua); its notification channel is KEYS[i]:released
 -- ARGV[1]    how long the token marker left in a released key lives, in milliseconds
--- ARGV[i+1]  owner token of key i
+-- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
+-- ARGV[i+2]  owner token of key i
 --
 -- Returns an array, one element per key:
 --   1   released (and, if it was waited on, published on the channel)
@@ -16,23 +17,32 @@ local result = {}
 for i, key in ipairs(KEYS) do
   local value = redis.call('GET', key)
   local code = 0
-  if value and string.sub(value, 1, 1) ~= 'F' then
+  local state = value and string.sub(value, 1, 1)
+  if state == 'L' or state == 'W' then
     local space = string.find(value, ' ', 2, true)
-    if not space or string.sub(value, space + 1) ~= ARGV[i + 1] then
+    if not space or string.sub(value, space + 1) ~= ARGV[i + 2] then
       code = -1
-    else
+    elseif state == 'L' then
       -- The key stays as the token marker, so the next token is larger even if the clock steps
       -- back.
       redis.call('SET', key, 'F' .. string.sub(value, 2, space - 1), 'PX', ARGV[1])
       code = 1
-      if string.sub(value, 1, 1) == 'W' then
-        -- pcall: a refused PUBLISH must not turn a done release into an error reply.
-        local published = redis.pcall('PUBLISH', key .. ':released', key)
-        if type(published) == 'table' and published.err then
-          code = 2
-        end
+    else
+      -- Waited on: the notified waiters have it first for a moment, then anyone.
+      local time = redis.call('TIME')
+      local until_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        + tonumber(ARGV[2])
+      redis.call('SET', key, 'P' .. string.sub(value, 2, space - 1) .. ' '
+        .. string.format('%.0f', until_ms * 1000), 'PX', ARGV[1])
+      code = 1
+      -- pcall: a refused PUBLISH must not turn a done release into an error reply.
+      local published = redis.pcall('PUBLISH', key .. ':released', key)
+      if type(published) == 'table' and published.err then
+        code = 2
       end
     end
+  elseif value and state ~= 'F' and state ~= 'P' and state ~= 'Q' then
+    code = -1
   end
   result[i] = code
 end

@@ -9,7 +9,8 @@
 local result = {}
 for i, key in ipairs(KEYS) do
   local value = redis.call('GET', key)
-  if not value or string.sub(value, 1, 1) == 'F' then
+  local state = value and string.sub(value, 1, 1)
+  if state ~= 'L' and state ~= 'W' then
     result[i] = 0
   else
     local space = string.find(value, ' ', 2, true)

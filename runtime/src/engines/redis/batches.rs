@@ -4,8 +4,9 @@
 //! [`GroupCommit`]: super::group_commit::GroupCommit
 
 use super::group_commit::Batched;
-use super::node::{LockCall, Node, ReleaseReply};
+use super::node::{LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
 use crate::engine::{Acquired, EngineResult};
+use crate::hooks::{self, SharedHooks};
 use crate::owner::Owner;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -44,7 +45,11 @@ impl AcquireBatch {
         tokio::spawn(async move {
             let released = batch
                 .node
-                .release_many(&[(item.lock, item.owner)], batch.fence_counter_ttl)
+                .release_many(
+                    &[(item.lock, item.owner)],
+                    batch.fence_counter_ttl,
+                    HANDOFF_WINDOW,
+                )
                 .await;
             if let Err(failure) = released {
                 tracing::warn!(
@@ -62,6 +67,7 @@ impl AcquireBatch {
 pub(crate) struct ReleaseBatch {
     pub(crate) node: Arc<Node>,
     pub(crate) fence_counter_ttl: Duration,
+    pub(crate) hooks: SharedHooks,
 }
 
 impl Batched for ReleaseBatch {
@@ -72,7 +78,14 @@ impl Batched for ReleaseBatch {
         &'a self,
         items: &'a [(String, Owner)],
     ) -> BoxFuture<'a, EngineResult<Vec<ReleaseReply>>> {
-        Box::pin(self.node.release_many(items, self.fence_counter_ttl))
+        let window = match hooks::read(&self.hooks).handoff_window {
+            Duration::ZERO => HANDOFF_WINDOW,
+            set => set,
+        };
+        Box::pin(
+            self.node
+                .release_many(items, self.fence_counter_ttl, window),
+        )
     }
 
     /// A release is done whether or not its caller is still there.

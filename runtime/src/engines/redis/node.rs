@@ -4,7 +4,7 @@
 
 use super::diagnose;
 use super::tls::{self, TlsFiles};
-use crate::engine::{Acquired, EngineFailure, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::owner::Owner;
@@ -31,13 +31,19 @@ impl Default for Timeouts {
     }
 }
 
-/// One lock of a batched acquire: its key (already prefixed), owner and lease TTL.
+/// One lock of a batched acquire: its key (already prefixed), owner, lease TTL, and who asks.
 #[derive(Debug, Clone)]
 pub(crate) struct LockCall {
     pub(crate) lock: String,
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
+    pub(crate) asker: Asker,
 }
+
+/// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
+/// enough for a notification and an acquire round trip on a busy machine, short enough that a
+/// notified waiter that vanished leaves the lock idle only briefly.
+pub(crate) const HANDOFF_WINDOW: Duration = Duration::from_millis(10);
 
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,11 +171,13 @@ impl Node {
         owner: &Owner,
         ttl: Duration,
         clock_step_us: u32,
+        asker: Asker,
     ) -> EngineResult<Acquired> {
         let item = LockCall {
             lock: names.lock.clone(),
             owner: owner.clone(),
             ttl,
+            asker,
         };
         let mut answers = self
             .acquire_many(std::slice::from_ref(&item), clock_step_us)
@@ -190,11 +198,16 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
         let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * items.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 3 * items.len());
         args.push(step.as_bytes());
         for (item, ttl) in items.iter().zip(&ttls) {
             args.push(item.owner.as_bytes());
             args.push(ttl);
+            args.push(match item.asker {
+                Asker::Once => b"0",
+                Asker::WillWait => b"1",
+                Asker::Waiting => b"2",
+            });
         }
         let reply: Vec<i64> = self.invoke(&ACQUIRE, &keys, &args).await?;
         if reply.len() != 2 * items.len() {
@@ -209,6 +222,11 @@ impl Node {
                 }),
                 [0, pttl] => Ok(Acquired::Busy {
                     ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    reserved: false,
+                }),
+                [3, left] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(left).ok().map(Duration::from_millis),
+                    reserved: true,
                 }),
                 [-2, _] => Err(EngineFailure {
                     ambiguous: false,
@@ -251,10 +269,15 @@ impl Node {
         names: &KeyNames,
         owner: &Owner,
         fence_counter_ttl: Duration,
+        handoff_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let item = (names.lock.clone(), owner.clone());
         let mut answers = self
-            .release_many(std::slice::from_ref(&item), fence_counter_ttl)
+            .release_many(
+                std::slice::from_ref(&item),
+                fence_counter_ttl,
+                handoff_window,
+            )
             .await?;
         answers
             .pop()
@@ -262,15 +285,19 @@ impl Node {
     }
 
     /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.
+    /// A lock that was waited on is left to the waiters it notifies for `handoff_window`.
     pub(crate) async fn release_many(
         &self,
         items: &[(String, Owner)],
         fence_counter_ttl: Duration,
+        handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         let keys: Vec<&str> = items.iter().map(|(lock, _)| lock.as_str()).collect();
         let marker_ttl = millis(fence_counter_ttl);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + items.len());
+        let window = millis(handoff_window);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(2 + items.len());
         args.push(&marker_ttl);
+        args.push(&window);
         args.extend(items.iter().map(|(_, owner)| owner.as_bytes()));
         let codes: Vec<i64> = self.invoke(&RELEASE, &keys, &args).await?;
         if codes.len() != items.len() {

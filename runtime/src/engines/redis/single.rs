@@ -11,7 +11,7 @@ use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, Timeouts
 use super::pubsub::Subscriber;
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{channel_of, lock_name, KeyNames};
@@ -56,7 +56,7 @@ impl RedisEngine {
                 node.client().clone(),
                 config.timeouts,
                 config.prefix,
-                config.hooks,
+                config.hooks.clone(),
                 channels,
             ),
             acquires: GroupCommit::new(Arc::new(AcquireBatch {
@@ -66,6 +66,7 @@ impl RedisEngine {
             releases: GroupCommit::new(Arc::new(ReleaseBatch {
                 node: node.clone(),
                 fence_counter_ttl: config.fence_counter_ttl,
+                hooks: config.hooks.clone(),
             })),
             node,
             prefix: config.prefix.to_owned(),
@@ -84,12 +85,14 @@ impl Engine for RedisEngine {
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
+        asker: Asker,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
             let call = LockCall {
                 lock: lock_name(&self.prefix, key),
                 owner: owner.clone(),
                 ttl,
+                asker,
             };
             self.acquires.submit(call).await?
         })

@@ -40,11 +40,13 @@ mod fan_out;
 
 pub(crate) use fan_out::quorum;
 
-use super::redis::node::{report_refused_publish, Node, ReleaseReply, Timeouts};
+use super::redis::node::{report_refused_publish, Node, ReleaseReply, Timeouts, HANDOFF_WINDOW};
 use super::redis::pubsub::Subscriber;
 use super::redis::tls::TlsFiles;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{
+    Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
+};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::KeyNames;
@@ -146,7 +148,13 @@ impl RedlockEngine {
         self.masters.len() - self.quorum + 1
     }
 
-    async fn attempt(&self, names: &KeyNames, owner: &Owner, ttl: Duration) -> Attempt {
+    async fn attempt(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        ttl: Duration,
+        asker: Asker,
+    ) -> Attempt {
         let started = Instant::now();
         // Every vote is waited for (within the timeout) unless enough refused that no quorum
         // can grant: stopping at the first quorum would let a retry by the same owner read a
@@ -161,7 +169,7 @@ impl RedlockEngine {
         let votes = fan_out(
             &self.masters,
             self.master_timeout,
-            |master| master.node.acquire(names, owner, ttl, CLOCK_STEP_US),
+            |master| master.node.acquire(names, owner, ttl, CLOCK_STEP_US, asker),
             hopeless,
         )
         .await;
@@ -171,7 +179,7 @@ impl RedlockEngine {
         for (index, vote) in votes.into_iter().enumerate() {
             match vote {
                 Some(Ok(Acquired::Yes { fence })) => granted.push((index, fence)),
-                Some(Ok(Acquired::Busy { ttl })) => busy.push(ttl),
+                Some(Ok(Acquired::Busy { ttl, .. })) => busy.push(ttl),
                 Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
                 None => {}
             }
@@ -241,7 +249,11 @@ impl RedlockEngine {
         fan_out(
             &self.masters,
             self.master_timeout,
-            |master| master.node.release(names, owner, self.fence_counter_ttl),
+            |master| {
+                master
+                    .node
+                    .release(names, owner, self.fence_counter_ttl, HANDOFF_WINDOW)
+            },
             all,
         )
         .await
@@ -312,17 +324,21 @@ impl Engine for RedlockEngine {
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
+        asker: Asker,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
             let names = self.names(key);
-            match self.attempt(&names, owner, ttl).await {
+            match self.attempt(&names, owner, ttl, asker).await {
                 Attempt::Granted(fence) => Ok(Acquired::Yes { fence }),
                 failed => {
                     // Give every vote back at once (masters that did not answer included), so a
                     // split vote costs the contenders one round trip, not a TTL.
                     self.release_everywhere(&names, owner).await;
                     match failed {
-                        Attempt::Busy(ttl) => Ok(Acquired::Busy { ttl }),
+                        Attempt::Busy(ttl) => Ok(Acquired::Busy {
+                            ttl,
+                            reserved: false,
+                        }),
                         Attempt::Failed(failure) => Err(failure),
                         Attempt::Granted(_) => unreachable!("matched above"),
                     }
