@@ -114,7 +114,7 @@ impl Report {
             "parallel",
             &format!("cycles/s with {} tasks as a ratio to rslock", config.tasks),
             self.num("parallel", d, "ratio_to_rslock"),
-            1.0,
+            1.5,
             "",
         );
         at_least(
@@ -124,14 +124,14 @@ impl Report {
                 config.contenders
             ),
             self.num("contended", d, "ratio_to_rslock"),
-            1.0,
+            1.2,
             "",
         );
         at_least(
             "contended",
             "smallest worker share of the mean (one process)",
             self.num("contended", d, "worker_share_min"),
-            0.7,
+            0.8,
             "",
         );
         at_least(
@@ -141,14 +141,14 @@ impl Report {
                 config.contenders / 2
             ),
             self.num("contended_processes", d, "ratio_to_rslock"),
-            1.0,
+            1.2,
             "",
         );
         at_least(
             "contended_processes",
-            "smallest process share of its fair share",
-            self.num("contended_processes", d, "process_share_min"),
-            0.5,
+            "smallest worker share of the mean (2 processes)",
+            self.num("contended_processes", d, "worker_share_min"),
+            0.8,
             "",
         );
         at_least(
@@ -171,11 +171,36 @@ impl Report {
                     met: value.map(|v| v <= goal),
                 })
             };
+        // One round trip on the floor's connection, for the handoff goal.
+        let rtt_us = self
+            .floor
+            .get("rtt_set_per_s")
+            .and_then(Value::as_f64)
+            .filter(|rate| *rate > 0.0)
+            .map(|rate| 1e6 / rate);
+        let handoff_goal = rtt_us.map_or(f64::NAN, |rtt| rtt + 30.0);
+        at_most(
+            "sequential",
+            "Redis execution per uncontended cycle",
+            self.num("sequential", d, "redis_exec_us_per_cycle"),
+            12.0,
+            " us",
+        );
+        let rslock_cpu = self.num("sequential", LibId::Rslock, "client_cpu_us_per_cycle");
+        at_most(
+            "sequential",
+            "client CPU per uncontended cycle, as a ratio to rslock's",
+            self.num("sequential", d, "client_cpu_us_per_cycle")
+                .zip(rslock_cpu)
+                .map(|(ours, theirs)| ours / theirs),
+            1.0,
+            "",
+        );
         at_most(
             "contended",
             "largest worker share of the mean (one process)",
             self.num("contended", d, "worker_share_max"),
-            1.3,
+            1.2,
             "",
         );
         at_most(
@@ -188,24 +213,31 @@ impl Report {
         );
         at_most(
             "contended",
-            "cross-worker handoff p50 (one process)",
+            "cross-worker handoff p50 (one process); goal: one round trip + 30 us",
             self.num("contended", d, "cross_handoff_p50_us"),
-            200.0,
+            handoff_goal,
             " us",
+        );
+        at_most(
+            "contended_processes",
+            "largest worker share of the mean (2 processes)",
+            self.num("contended_processes", d, "worker_share_max"),
+            1.2,
+            "",
         );
         at_most(
             "contended_processes",
             "worst wait of all samples (2 processes)",
             self.num("contended_processes", d, "wait_max_us_worst")
                 .map(|us| us / 1e3),
-            50.0,
+            20.0,
             " ms",
         );
         at_most(
             "contended_processes",
-            "cross-worker handoff p50 (2 processes)",
+            "cross-worker handoff p50 (2 processes); goal: one round trip + 30 us",
             self.num("contended_processes", d, "cross_handoff_p50_us"),
-            200.0,
+            handoff_goal,
             " us",
         );
         let bound = config.leases.div_ceil(RENEW_BATCH) as f64;
