@@ -301,9 +301,7 @@ fn subtitle(json: &Value) -> String {
         .pointer("/config/runs")
         .and_then(Value::as_u64)
         .map_or(String::new(), |runs| format!(", medians of {runs} runs"));
-    format!(
-        "distlock-bench: {floor}{runs}; rslock and redlock from crates.io, same server, same run"
-    )
+    format!("distlock-bench: {floor}{runs}; every library on the same server in the same run")
 }
 
 fn thousands(value: f64) -> String {
