@@ -199,9 +199,12 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
                 };
                 used_keys.lock().unwrap().push(key.clone());
                 let style = [Style::Run, Style::Guard, Style::Attribute][(rng.next() % 3) as usize];
-                // Mostly inside one typical call, sometimes a little past it, some at once.
+                // Mostly inside one typical call, sometimes a little past it, some at once, and
+                // some early in it, where the acquire is (a small part of a typical call, which
+                // the body's sleep dominates).
                 let delay = match rng.next() % 8 {
                     0 => rng.below(Duration::from_micros(20)),
+                    1 | 2 => rng.below(typical / 8),
                     7 => typical + rng.below(typical / 2),
                     _ => rng.below(typical),
                 };
