@@ -342,3 +342,43 @@ async fn the_doctor_names_settings_that_weaken_locks() {
     assert_eq!(backend.doctor().await.unwrap(), []);
     assert_eq!(Backend::in_process().doctor().await.unwrap(), []);
 }
+
+/// A lock key that another program wrote (or an older distlock's hash) is an error that says so,
+/// and the value is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_key_written_by_another_program_is_an_error_that_says_so() {
+    let fx = SingleRedis::start(|b| b);
+    let (string_key, hash_key) = (
+        SingleRedis::lock_key("foreign-string"),
+        SingleRedis::lock_key("foreign-hash"),
+    );
+    fx.server.command(&["SET", &string_key, "hello"]);
+    fx.server
+        .command(&["HSET", &hash_key, "owner", "x", "fence", "1"]);
+    for (key, expected) in [
+        ("foreign-string", "holds a value distlock did not write"),
+        ("foreign-hash", "holds a value distlock did not write"),
+    ] {
+        let err = Lock::new(key).on(fx.backend()).acquire().await.unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, LockError::Backend(_)) && message.contains(expected),
+            "{key}: {message}"
+        );
+        assert!(
+            message.contains("prefix"),
+            "{key}: names the way out: {message}"
+        );
+    }
+    assert_eq!(
+        fx.server.command(&["GET", &string_key]).as_str().as_deref(),
+        Some("hello")
+    );
+    assert_eq!(
+        fx.server
+            .command(&["HGET", &hash_key, "owner"])
+            .as_str()
+            .as_deref(),
+        Some("x")
+    );
+}

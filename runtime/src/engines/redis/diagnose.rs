@@ -78,6 +78,13 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
                 .to_owned(),
         ));
     }
+    if chain_mentions(err, "wrongtype") {
+        return Some(Advice::Other(format!(
+            "a key under the prefix `{prefix}` holds a value distlock did not write (another \
+             program uses these names, or a distlock from before the one-string lock layout \
+             does: upgrade every process of a prefix together); choose another prefix"
+        )));
+    }
     // rustls names the alert the server sent, or what it found wrong with the server's
     // certificate.
     if chain_mentions(err, "certificaterequired") {
