@@ -130,9 +130,10 @@ impl Request<'_> {
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
                         attempt.turn.as_mut().expect("kept").watch = Some(watch);
                         subscribed_since_last_wait = true;
-                        // Nothing is held while the lock is reserved: no release can slip by
-                        // unseen, so no re-check is needed — and one now would take the lock
-                        // from the waiters it is reserved for.
+                        // A reserved lock is not re-checked now: that would take it from the
+                        // waiters it is reserved for. A release that slips by before the
+                        // subscription (a notified waiter's short hold) costs at most the rest
+                        // of the reservation, when this caller looks again.
                         if !reserved {
                             continue;
                         }

@@ -5,11 +5,12 @@
 //! flight queue; when an in-flight call's reply comes back, the queue (up to [`MAX_BATCH`]
 //! items) goes out as one script call, sent by a task of its own so that no caller's
 //! cancellation can strand the others. Under load every round trip carries a batch: 64 tasks cost
-//! the server a few script calls per round trip instead of 64, and the client one command each.
+//! the server a few script calls per round trip instead of 64, and the client one command per
+//! batch instead of one per call.
 //!
-//! A queued caller that vanishes before its batch is sent still has its item sent (it cannot be
-//! taken back from a batch in flight, and which it is cannot be known without a lock per item):
-//! [`Batched::abandoned`] undoes what the item did — a granted acquire is released.
+//! A queued caller that leaves still has its item sent with the next batch (items are not taken
+//! back from the queue: the batch may already be on its way); [`Batched::abandoned`] then undoes
+//! what the item did — a granted acquire is released.
 
 use crate::engine::{EngineFailure, EngineResult};
 use futures_util::future::BoxFuture;
