@@ -182,6 +182,51 @@ async fn a_notified_waiter_of_another_process_goes_before_the_next_local_task() 
     );
 }
 
+/// The handoff window of a release whose waiter gave up costs one wait, once: the next caller is
+/// turned away until the window ends, then takes the lock unmarked, and the locks after it are
+/// neither announced nor reserved — no chain of windows forms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_nobody_claims_costs_one_short_wait_once() {
+    let fx = SingleRedis::start(|b| b);
+    let holder = Lock::new("unclaimed")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let gave_up = Lock::new("unclaimed")
+        .on(&fx.another_backend())
+        .wait(Duration::from_millis(20))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
+    holder.release().await.unwrap();
+    assert_eq!(
+        fx.command_calls("publish"),
+        1,
+        "the waited-on lock announced its release"
+    );
+    let busy_before = fx.backend().stats().busy_replies;
+    for _ in 0..50 {
+        Lock::new("unclaimed")
+            .on(fx.backend())
+            .wait(Duration::from_secs(5))
+            .run(async {})
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        fx.command_calls("publish"),
+        1,
+        "a lock taken after the window is not marked, so its release announces nothing"
+    );
+    let turned_away = fx.backend().stats().busy_replies - busy_before;
+    assert!(
+        turned_away <= 1,
+        "turned away {turned_away} times in 50 cycles"
+    );
+}
+
 /// A release publishes only when a caller that waits was told the lock is busy: uncontended
 /// cycles and single tries cost no PUBLISH; a waiter's busy reply marks the lock, and its release
 /// announces itself once.
