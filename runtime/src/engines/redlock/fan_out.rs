@@ -36,24 +36,34 @@ where
         .enumerate()
         .map(|(index, master)| {
             let answer = request(master);
-            async move {
-                let answer = match tokio::time::timeout(timeout, answer).await {
-                    Ok(answer) => answer,
-                    Err(_) => Err(EngineFailure {
-                        ambiguous: true,
-                        source: format!("no answer within the per-master timeout of {timeout:?}")
-                            .into(),
-                    }),
-                };
-                (index, answer)
-            }
+            async move { (index, answer.await) }
         })
         .collect();
     let mut answers: Answers<T> = (0..pending.len()).map(|_| None).collect();
-    while let Some((index, answer)) = pending.next().await {
-        answers[index] = Some(answer);
-        if settled(&answers) {
-            break;
+    // One timer for the whole fan-out: every request started together, so one deadline bounds
+    // them all (a timer per master cost one registration per request on the hot path).
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            biased;
+            next = pending.next() => {
+                let Some((index, answer)) = next else { break };
+                answers[index] = Some(answer);
+                if settled(&answers) {
+                    break;
+                }
+            }
+            () = &mut deadline => {
+                for answer in answers.iter_mut().filter(|answer| answer.is_none()) {
+                    *answer = Some(Err(EngineFailure {
+                        ambiguous: true,
+                        source: format!("no answer within the per-master timeout of {timeout:?}")
+                            .into(),
+                    }));
+                }
+                break;
+            }
         }
     }
     answers
