@@ -4,29 +4,10 @@
 mod common;
 
 use common::cell::read_cell;
-use common::{released_within, watch_lock_writes, Fixture, SingleRedis, PREFIX};
+use common::{released_within, through_proxy, watch_lock_writes, Fixture, SingleRedis};
 use distlock::{Backend, Lock, LockError, LostReason, Released};
 use distlock_test_support::{free_port, FaultProxy, RedisServer};
 use std::time::{Duration, Instant};
-
-/// A backend that talks to `server` through a fault proxy.
-async fn through_proxy(
-    server: &RedisServer,
-    configure: impl FnOnce(distlock::BackendBuilder) -> distlock::BackendBuilder,
-) -> (FaultProxy, Backend) {
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = configure(Backend::builder(proxy.url()).prefix(PREFIX))
-        .build()
-        .unwrap();
-    // Open the connection (and load the scripts) before any fault is armed, so the fault hits the
-    // command under test rather than the connection handshake.
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
-    (proxy, backend)
-}
 
 /// The token the server records for `key`, held or free.
 fn recorded_token(server: &RedisServer, key: &str) -> u64 {

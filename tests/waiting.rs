@@ -4,7 +4,7 @@
 mod common;
 
 use common::worker::{self, Worker};
-use common::{spawn_waiter, Fixture, InProcess, SingleRedis, PREFIX};
+use common::{spawn_waiter, through_proxy, Fixture, InProcess, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, Lock, LockError};
 use distlock_test_support::{FaultProxy, RedisServer, Reply};
@@ -73,6 +73,18 @@ async fn a_release_wakes_the_waiter_without_polling() {
     until_subscribers(&fx.server, "notified", 0).await;
 }
 
+/// Waits up to `budget` for `key`, held elsewhere, and gives up busy: a waiter that was told
+/// "busy" (marking the lock waited on) and is gone by the time it is released.
+async fn give_up_waiting(backend: &Backend, key: &str, budget: Duration) {
+    let gave_up = Lock::new(key)
+        .on(backend)
+        .wait(budget)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
+}
+
 /// Yields until `done` holds, for at most `limit`; `false` if it never did.
 async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -92,17 +104,7 @@ async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_waiter_contends_behind_the_release_on_its_way() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.addr()).await;
-    let backend = Backend::builder(proxy.url())
-        .prefix(PREFIX)
-        .build()
-        .unwrap();
-    // Load the scripts first, so no NOSCRIPT round trip is in the way.
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
+    let (proxy, backend) = through_proxy(&server, |b| b).await;
     let holder = Lock::new("handoff").on(&backend).acquire().await.unwrap();
     let first = holder.fencing_token();
     let waiter = tokio::spawn({
@@ -193,13 +195,12 @@ async fn a_reservation_nobody_claims_costs_one_short_wait_once() {
         .acquire()
         .await
         .unwrap();
-    let gave_up = Lock::new("unclaimed")
-        .on(&fx.another_backend())
-        .wait(Duration::from_millis(20))
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
+    give_up_waiting(
+        &fx.another_backend(),
+        "unclaimed",
+        Duration::from_millis(20),
+    )
+    .await;
     holder.release().await.unwrap();
     assert_eq!(
         fx.command_calls("publish"),
@@ -250,13 +251,7 @@ async fn only_a_lock_someone_waits_for_announces_its_release() {
         matches!(cell, common::cell::Cell::Held { waited: false, .. }),
         "a single try does not mark the lock: {cell:?}"
     );
-    let gave_up = Lock::new("alone")
-        .on(&other)
-        .wait(Duration::from_millis(50))
-        .acquire()
-        .await
-        .unwrap_err();
-    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
+    give_up_waiting(&other, "alone", Duration::from_millis(50)).await;
     let cell = common::cell::read_cell(&fx.server, &SingleRedis::lock_key("alone"));
     assert!(
         matches!(cell, common::cell::Cell::Held { waited: true, .. }),

@@ -339,3 +339,22 @@ pub async fn released_within(
     };
     tokio::time::timeout(limit, released).await.is_ok()
 }
+
+/// A backend (with the tests' prefix) that talks to `server` through a fault proxy, its
+/// connection opened and scripts loaded before any fault is armed, so that a fault hits the
+/// command under test rather than the connection handshake or a NOSCRIPT round trip.
+pub async fn through_proxy(
+    server: &RedisServer,
+    configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
+) -> (distlock_test_support::FaultProxy, Backend) {
+    let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
+    let backend = configure(Backend::builder(proxy.url()).prefix(PREFIX))
+        .build()
+        .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    (proxy, backend)
+}
