@@ -79,11 +79,9 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
         ));
     }
     if chain_mentions(err, "wrongtype") {
-        return Some(Advice::Other(format!(
-            "a key under the prefix `{prefix}` holds a value distlock did not write (another \
-             program uses these names, or a distlock from before the one-string lock layout \
-             does: upgrade every process of a prefix together); choose another prefix"
-        )));
+        return Some(Advice::Other(foreign_value(&format!(
+            "a key under the prefix `{prefix}`"
+        ))));
     }
     // rustls names the alert the server sent, or what it found wrong with the server's
     // certificate.
@@ -111,6 +109,16 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
         ));
     }
     None
+}
+
+/// What to do about `what` (a key, or "a key under the prefix …") holding a value distlock did
+/// not write: the acquire script's answer for a foreign string, and the advice on WRONGTYPE.
+pub(crate) fn foreign_value(what: &str) -> String {
+    format!(
+        "{what} holds a value distlock did not write (another program uses these names, or a \
+         distlock from before the one-string lock layout does: upgrade every process of a prefix \
+         together); choose another prefix (BackendBuilder::prefix or DISTLOCK_PREFIX)"
+    )
 }
 
 /// Whether `needle` appears in the error or any of its sources (rustls errors arrive wrapped in

@@ -230,13 +230,7 @@ impl Node {
                 }),
                 [-2, _] => Err(EngineFailure {
                     ambiguous: false,
-                    source: format!(
-                        "the key {} holds a value distlock did not write: another program uses \
-                         this name; choose another prefix (BackendBuilder::prefix or \
-                         DISTLOCK_PREFIX)",
-                        item.lock
-                    )
-                    .into(),
+                    source: diagnose::foreign_value(&format!("the key {}", item.lock)).into(),
                 }),
                 _ => Err(unexpected("acquire", answer)),
             })
