@@ -93,11 +93,16 @@ impl Child {
         unsafe { libc::kill(pid, signal) == 0 }
     }
 
-    /// Waits up to `timeout` for the process to exit.
+    /// Waits up to `timeout` for the process to exit, and then (within the same `timeout`) for
+    /// its output pipes to drain, so that what it wrote last — the line that explains the exit —
+    /// is in [`output`](Self::output) when this returns. (A grandchild that inherited the pipes
+    /// can keep them open; then the wait ends at the timeout, with the exit status known.)
     pub(crate) fn wait_exit(&self, timeout: Duration) -> Option<ExitStatus> {
         let (state, _) = self
             .changed
-            .wait_timeout_while(self.lock(), timeout, |s| s.exit.is_none())
+            .wait_timeout_while(self.lock(), timeout, |s| {
+                s.exit.is_none() || s.open_streams > 0
+            })
             .unwrap_or_else(PoisonError::into_inner);
         state.exit
     }
