@@ -582,7 +582,7 @@ async fn fencing_tokens_stay_monotonic_across_different_quorums() {
         last = token;
     }
     eprintln!(
-        "REDLOCK fencing (seed {seed:#x}): 300 grants over changing quorums with counters jumping \
+        "REDLOCK fencing (seed {seed:#x}): 300 grants over changing quorums with markers jumping \
          ahead and lost: {regressions} regressions"
     );
     assert_eq!(regressions, 0, "tokens went back across quorums");
