@@ -16,6 +16,6 @@ pub fn redis_acl_rules(prefix: &str) -> String {
     format!(
         "resetkeys ~{prefix}:* resetchannels &{prefix}:* -@all \
          +evalsha +eval +subscribe +unsubscribe +ping \
-         +get +set +setrange +pexpire +pttl +time +publish"
+         +get +set +setrange +pexpire +pttl +time +publish +wait"
     )
 }

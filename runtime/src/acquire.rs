@@ -98,6 +98,19 @@ impl Request<'_> {
                     Stats::bump(&inner.stats.acquired);
                     return Ok(attempt.claim(self, fence, sent_at));
                 }
+                Ok(Acquired::Unreplicated {
+                    acknowledged,
+                    wanted,
+                    timeout,
+                }) => {
+                    // The engine released the grant already: a failover could hand it on.
+                    return Err(LockError::ReplicasNotAcknowledged {
+                        key: attempt.key.clone(),
+                        acknowledged,
+                        wanted,
+                        timeout,
+                    });
+                }
                 Ok(Acquired::Busy {
                     ttl: holder_ttl,
                     reserved,

@@ -1,16 +1,24 @@
-//! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`, `DISTLOCK_PREFIX`.
+//! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`,
+//! `DISTLOCK_PREFIX`, replica acknowledgement and TLS files.
 
 use crate::backend::{Backend, MIN_LEASE};
 use crate::error::LockError;
 use std::time::Duration;
 
-/// Where the backend lives: `redis://…`, `rediss://…`, `unix://…`, `memory://`, or three or more
-/// comma-separated `redis://`/`rediss://` URLs for Redlock over independent masters.
+/// Where the backend lives: `redis://…`, `rediss://…`, `unix://…`, `memory://`,
+/// `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]`, or three or
+/// more comma-separated `redis://`/`rediss://` URLs for Redlock over independent masters.
 pub const ENV_URL: &str = "DISTLOCK_URL";
 /// TTL of watchdog leases, a duration such as `30s` or `1500ms`; at least 100 ms; default 30 s.
 pub const ENV_WATCHDOG_TIMEOUT: &str = "DISTLOCK_WATCHDOG_TIMEOUT";
 /// Key namespace; default `distlock`.
 pub const ENV_PREFIX: &str = "DISTLOCK_PREFIX";
+/// Replicas that must acknowledge each grant and renewal (`WAIT`), a whole number; default 0
+/// (off). See [`BackendBuilder::min_replicas`](crate::BackendBuilder::min_replicas).
+pub const ENV_MIN_REPLICAS: &str = "DISTLOCK_MIN_REPLICAS";
+/// How long a grant or renewal waits for the replicas, a duration such as `200ms`; default
+/// 200 ms. See [`BackendBuilder::replica_timeout`](crate::BackendBuilder::replica_timeout).
+pub const ENV_REPLICA_TIMEOUT: &str = "DISTLOCK_REPLICA_TIMEOUT";
 /// For `rediss://`: a PEM file of the CA certificate(s) to trust instead of the web PKI roots.
 pub const ENV_TLS_CA_FILE: &str = "DISTLOCK_TLS_CA_FILE";
 /// For `rediss://` servers that verify clients: the client's certificate (PEM); needs
@@ -40,6 +48,24 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         })?;
         builder = builder.prefix(prefix);
     }
+    if let Some(replicas) = var(ENV_MIN_REPLICAS)? {
+        let replicas = replicas.parse::<u32>().map_err(|_| {
+            LockError::invalid_config(
+                ENV_MIN_REPLICAS,
+                format!("is `{replicas}`; it must be a whole number of replicas such as `1`"),
+            )
+        })?;
+        builder = builder.min_replicas(replicas);
+    }
+    if let Some(timeout) = var(ENV_REPLICA_TIMEOUT)? {
+        let timeout = humantime::parse_duration(&timeout).map_err(|err| {
+            LockError::invalid_config(
+                ENV_REPLICA_TIMEOUT,
+                format!("is `{timeout}`, which is not a duration ({err}); write it like `200ms`"),
+            )
+        })?;
+        builder = builder.replica_timeout(timeout);
+    }
     if let Some(ca) = var(ENV_TLS_CA_FILE)? {
         builder = builder.tls_ca_file(ca);
     }
@@ -59,6 +85,8 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
                 "url" => ENV_URL.to_owned(),
                 "tls_ca_file" => ENV_TLS_CA_FILE.to_owned(),
                 "tls_client_auth_files" => format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
+                "min_replicas" => ENV_MIN_REPLICAS.to_owned(),
+                "replica_timeout" => ENV_REPLICA_TIMEOUT.to_owned(),
                 _ => setting,
             };
             LockError::invalid_config(setting, problem)

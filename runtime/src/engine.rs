@@ -22,9 +22,16 @@ pub(crate) enum Acquired {
         /// one of them).
         reserved: bool,
     },
+    /// Granted by the primary, but fewer replicas than wanted acknowledged it within the
+    /// timeout, so the engine released it again (a failover could have handed it to someone
+    /// else).
+    Unreplicated {
+        acknowledged: u32,
+        wanted: u32,
+        timeout: Duration,
+    },
 }
 
-/// What a release or a renewal found on the server.
 /// Who asks for a lock, which decides what a busy reply does on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asker {
@@ -41,6 +48,7 @@ pub(crate) enum Asker {
     Waiting,
 }
 
+/// What a release or a renewal found on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ownership {
     /// Ours: released or renewed.

@@ -149,6 +149,36 @@ pub enum LockError {
         /// What is wrong with the key and how to fix it.
         reason: String,
     },
+    /// The primary granted the lock, but fewer replicas than
+    /// [`min_replicas`](crate::BackendBuilder::min_replicas) acknowledged it within
+    /// [`replica_timeout`](crate::BackendBuilder::replica_timeout). The lock was released again:
+    /// a failover now could promote a replica that never saw it and hand it to someone else.
+    ///
+    /// ```
+    /// use distlock::LockError;
+    /// use std::time::Duration;
+    ///
+    /// let err = LockError::ReplicasNotAcknowledged {
+    ///     key: "order:7".into(),
+    ///     acknowledged: 0,
+    ///     wanted: 1,
+    ///     timeout: Duration::from_millis(200),
+    /// };
+    /// assert!(err.to_string().starts_with(
+    ///     "lock `order:7` was granted by the primary, but 0 of 1 replicas acknowledged it within 200ms"
+    /// ));
+    /// ```
+    #[error("lock `{key}` was granted by the primary, but {acknowledged} of {wanted} replicas acknowledged it within {}; it was released again, since a failover could hand it to someone else. Check the replicas (`INFO replication` on the primary), or lower min_replicas", Rounded(*timeout))]
+    ReplicasNotAcknowledged {
+        /// The rendered key.
+        key: String,
+        /// Replicas that confirmed the write in time.
+        acknowledged: u32,
+        /// The `min_replicas` setting.
+        wanted: u32,
+        /// The `replica_timeout` setting.
+        timeout: Duration,
+    },
     /// `checkpoint()` was called outside a locked call.
     #[error("no lock is held here: distlock::checkpoint() only works inside a locked call (an annotated fn or Lock::run), in the same task")]
     NoContext,

@@ -83,7 +83,8 @@ pub mod __private;
 pub use acl::redis_acl_rules;
 pub use backend::{Backend, BackendBuilder, MIN_LEASE};
 pub use config::{
-    ENV_PREFIX, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE, ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
+    ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE,
+    ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
 };
 pub use context::{checkpoint, fencing_token, is_held};
 pub use doctor::Finding;

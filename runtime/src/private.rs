@@ -85,6 +85,16 @@ pub mod raw {
         {
             Ok(Acquired::Yes { fence }) => Ok(Some(fence)),
             Ok(Acquired::Busy { .. }) => Ok(None),
+            Ok(Acquired::Unreplicated {
+                acknowledged,
+                wanted,
+                timeout,
+            }) => Err(LockError::ReplicasNotAcknowledged {
+                key: key.to_owned(),
+                acknowledged,
+                wanted,
+                timeout,
+            }),
             Err(failure) => Err(backend.backend_error("acquire", failure)),
         }
     }

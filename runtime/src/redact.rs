@@ -1,7 +1,24 @@
 //! Credentials kept out of messages: URLs are shown with their password replaced.
 
-/// The URL with any password replaced by `***`, for error messages and logs.
+/// The URL with any password replaced by `***` (the user info's, and a `sentinel_password` in
+/// the query), for error messages and logs.
 pub(crate) fn redact_url(url: &str) -> String {
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if name == "sentinel_password" => format!("{name}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{}?{}", redact_authority(base), query.join("&"))
+        }
+        None => redact_authority(url),
+    }
+}
+
+fn redact_authority(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -30,5 +47,9 @@ mod tests {
         assert_eq!(redact_url("redis://u:p@h"), "redis://u:***@h");
         assert_eq!(redact_url("redis://token@h"), "redis://***@h");
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact_url("redis-sentinel://:pw@a:1,b:2/m?db=1&sentinel_password=pw2"),
+            "redis-sentinel://:***@a:1,b:2/m?db=1&sentinel_password=***"
+        );
     }
 }

@@ -7,7 +7,7 @@ pub mod worker;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
-use distlock_test_support::{RedisServer, Reply};
+use distlock_test_support::{RedisServer, Reply, SentinelGroup};
 use std::time::{Duration, Instant};
 
 /// A task that waits up to `wait` for `key` on `backend`, releases it at once, and returns when
@@ -264,6 +264,63 @@ impl Fixture for Redlock {
 
     fn kind(&self) -> &'static str {
         "redlock"
+    }
+}
+
+/// A primary with one replica and three sentinels; the backend finds the primary through the
+/// sentinels and has every grant and renewal acknowledged by the replica (`min_replicas(1)`).
+pub struct Sentinel {
+    pub group: SentinelGroup,
+    backend: Backend,
+    builder: BackendBuilder,
+}
+
+impl Sentinel {
+    fn primary(&self) -> &RedisServer {
+        self.group.primary()
+    }
+}
+
+impl Fixture for Sentinel {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        let group = SentinelGroup::start(Duration::from_secs(5));
+        let builder = configure(
+            Backend::builder(group.sentinel_url())
+                .prefix(PREFIX)
+                .min_replicas(1),
+        );
+        Sentinel {
+            backend: builder.clone().build().expect("valid sentinel settings"),
+            builder,
+            group,
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    async fn forget_fence_counter(&self, key: &str) {
+        assert!(
+            forget_marker(self.primary(), &SingleRedis::lock_key(key)),
+            "the released lock left its token marker"
+        );
+    }
+
+    async fn pttl(&self, key: &str) -> Option<Duration> {
+        held_pttl(self.primary(), &SingleRedis::lock_key(key))
+    }
+
+    fn contender(&self) -> Backend {
+        self.builder.clone().build().unwrap()
+    }
+
+    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
+        held_lock_keys(self.primary())
+    }
+
+    fn kind(&self) -> &'static str {
+        "sentinel"
     }
 }
 

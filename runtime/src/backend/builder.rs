@@ -3,7 +3,7 @@
 use super::handle::{Backend, Settings, MIN_LEASE};
 use crate::engine::Engine;
 use crate::engines::in_process::InProcessEngine;
-use crate::engines::redis::node::Timeouts;
+use crate::engines::redis::node::{ReplicaAck, Timeouts};
 use crate::engines::redis::single::{RedisConfig, RedisEngine};
 use crate::engines::redis::tls::{read_pem, TlsFiles};
 use crate::engines::redlock::{quorum, RedlockConfig, RedlockEngine};
@@ -16,7 +16,21 @@ use std::time::Duration;
 
 impl Backend {
     /// A builder for a backend at `url`: `redis://host:port/db`, `rediss://…` (feature `tls`),
-    /// `redis+unix:///path` / `unix:///path`, or `memory://` for the in-process backend.
+    /// `redis+unix:///path` / `unix:///path`, `memory://` for the in-process backend, or
+    /// `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` for the
+    /// primary a Sentinel group names, followed across failovers (the user info is the primary's;
+    /// sentinels that require a password of their own take `sentinel_username=…` /
+    /// `sentinel_password=…` in the query).
+    ///
+    /// ```
+    /// let backend = distlock::Backend::builder(
+    ///     "redis-sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/orders",
+    /// )
+    /// .min_replicas(1)
+    /// .build()
+    /// .expect("a valid Sentinel URL");
+    /// # let _ = backend;
+    /// ```
     pub fn builder(url: impl Into<String>) -> BackendBuilder {
         BackendBuilder::new(url.into())
     }
@@ -91,6 +105,11 @@ pub struct BackendBuilder {
     timeouts: Timeouts,
     /// Redlock only: how long one master may take; `None` until set (default 50 ms).
     master_timeout: Option<Duration>,
+    /// Replicas that must acknowledge a grant or renewal; 0: none.
+    min_replicas: u32,
+    /// How long to wait for them; `None` until set (default 200 ms, or a quarter of the lease TTL
+    /// when that is less).
+    replica_timeout: Option<Duration>,
     tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
     tls_error: Option<(&'static str, String)>,
@@ -117,6 +136,8 @@ impl std::fmt::Debug for BackendBuilder {
             .field("clock_drift_factor", &self.drift_factor)
             .field("timeouts", &self.timeouts)
             .field("master_timeout", &self.master_timeout)
+            .field("min_replicas", &self.min_replicas)
+            .field("replica_timeout", &self.replica_timeout)
             .field("tls", &self.tls)
             .finish()
     }
@@ -135,6 +156,8 @@ impl BackendBuilder {
             drift_factor: 0.01,
             timeouts: Timeouts::default(),
             master_timeout: None,
+            min_replicas: 0,
+            replica_timeout: None,
             tls: TlsFiles::default(),
             tls_error: None,
         }
@@ -203,6 +226,45 @@ impl BackendBuilder {
     /// `watchdog_timeout`. Setting it on a backend that is not Redlock is an error.
     pub fn master_timeout(mut self, timeout: Duration) -> Self {
         self.master_timeout = Some(timeout);
+        self
+    }
+
+    /// Replica acknowledgement: every acquire is followed, in the same round trip, by `WAIT n
+    /// replica_timeout`, and a lock fewer than `n` replicas confirmed is released again and the
+    /// call fails with [`LockError::ReplicasNotAcknowledged`]; renewals are acknowledged the same
+    /// way, and a lease's validity advances only on acknowledged renewals. Default 0 (off).
+    ///
+    /// It narrows the window in which a failover loses a lock (the primary acknowledges, dies
+    /// before replicating, and the promoted replica never saw the key); it does not close it
+    /// (a replica that acknowledged may not be the one promoted, and `WAIT` does not make
+    /// replication synchronous). A lock that must never be held twice also needs fencing tokens
+    /// at the resource, or Redlock. Costs: a round trip to the replicas per grant and renewal,
+    /// and grants fail while fewer than `n` replicas are connected. For a `redis://` primary
+    /// with replicas, or `redis-sentinel://`; an error for Redlock (independent masters) and the
+    /// in-process backend.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let backend = distlock::Backend::builder("redis://10.0.0.1:6379")
+    ///     .min_replicas(1)
+    ///     .replica_timeout(Duration::from_millis(200))
+    ///     .build()
+    ///     .expect("valid settings");
+    /// # let _ = backend;
+    /// ```
+    pub fn min_replicas(mut self, replicas: u32) -> Self {
+        self.min_replicas = replicas;
+        self
+    }
+
+    /// How long a grant or renewal waits for [`min_replicas`](Self::min_replicas)
+    /// acknowledgements. Default 200 ms (a quarter of `watchdog_timeout` when that is less); at
+    /// least 1 ms, less than `response_timeout` (the
+    /// reply to the script and the `WAIT` must arrive before it counts as lost) and less than a
+    /// third of `watchdog_timeout`. Setting it while `min_replicas` is 0 is an error.
+    pub fn replica_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_timeout = Some(timeout);
         self
     }
 
@@ -298,8 +360,18 @@ impl BackendBuilder {
         if let Some((setting, problem)) = self.tls_error {
             return Err(LockError::invalid_config(setting, problem));
         }
+        let replica_ack = self.replica_ack()?;
         let hooks = SharedHooks::default();
         let masters = masters(&self.url);
+        if masters.len() > 1 && replica_ack.is_some() {
+            return Err(LockError::invalid_config(
+                "min_replicas",
+                format!(
+                    "is {} for Redlock; its masters are independent servers, each a vote, and                      replica acknowledgement applies to one primary with replicas                      (redis:// or redis-sentinel://). Set it to 0, or use one replicated primary",
+                    self.min_replicas
+                ),
+            ));
+        }
         if masters.len() > 1 {
             let engine = self.redlock_engine(&masters, hooks.clone())?;
             return Ok(Backend::assemble(engine, self.settings(), hooks, "redlock"));
@@ -323,9 +395,36 @@ impl BackendBuilder {
                      has no connection to secure; drop the TLS settings",
                 ))
             }
+            Some("memory") if replica_ack.is_some() => {
+                return Err(LockError::invalid_config(
+                    "min_replicas",
+                    format!(
+                        "is {} for the in-process backend (memory://), which has no replicas;                          set it to 0",
+                        self.min_replicas
+                    ),
+                ))
+            }
             Some("memory") => (
                 Arc::new(InProcessEngine::new(self.fence_counter_ttl)),
                 "in-process",
+            ),
+            Some("redis-sentinel") if self.tls.ca.is_some() || self.tls.client.is_some() => {
+                return Err(LockError::invalid_config(
+                    "tls",
+                    "certificates are configured for a redis-sentinel:// URL; TLS to sentinels                      and the primary they name is not supported yet. Drop the TLS settings, or                      point rediss:// at the primary's stable address",
+                ))
+            }
+            Some("redis-sentinel") => (
+                Arc::new(RedisEngine::open(RedisConfig {
+                    url: &self.url,
+                    prefix: &self.prefix,
+                    fence_counter_ttl: self.fence_counter_ttl,
+                    timeouts: self.timeouts,
+                    tls: &self.tls,
+                    hooks: hooks.clone(),
+                    replica_ack,
+                })?),
+                "sentinel",
             ),
             Some("redis" | "rediss" | "unix" | "redis+unix") => (
                 Arc::new(RedisEngine::open(RedisConfig {
@@ -335,6 +434,7 @@ impl BackendBuilder {
                     timeouts: self.timeouts,
                     tls: &self.tls,
                     hooks: hooks.clone(),
+                    replica_ack,
                 })?),
                 "redis",
             ),
@@ -343,8 +443,8 @@ impl BackendBuilder {
                     "url",
                     format!(
                         "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
-                         unix:///path/to/socket, memory://, or three or more comma-separated \
-                         redis:// URLs for Redlock",
+                         unix:///path/to/socket, redis-sentinel://host:port,…/MASTER_NAME, \
+                         memory://, or three or more comma-separated redis:// URLs for Redlock",
                         redact_url(&self.url)
                     ),
                 ))
@@ -352,6 +452,46 @@ impl BackendBuilder {
         };
         let settings = self.settings();
         Ok(Backend::assemble(engine, settings, hooks, kind))
+    }
+
+    /// The replica acknowledgement settings, checked; `None` when off.
+    fn replica_ack(&self) -> Result<Option<ReplicaAck>, LockError> {
+        if self.min_replicas == 0 {
+            return match self.replica_timeout {
+                Some(timeout) => Err(LockError::invalid_config(
+                    "replica_timeout",
+                    format!(
+                        "is set ({}) but min_replicas is 0, so nothing waits for replicas; set                          min_replicas too, or drop replica_timeout",
+                        humantime::format_duration(timeout)
+                    ),
+                )),
+                None => Ok(None),
+            };
+        }
+        let timeout = self
+            .replica_timeout
+            .unwrap_or_else(|| Duration::from_millis(200).min(self.watchdog_timeout / 4));
+        if timeout < Duration::from_millis(1)
+            || timeout >= self.timeouts.response
+            || timeout * 3 >= self.watchdog_timeout
+        {
+            return Err(LockError::invalid_config(
+                "replica_timeout",
+                format!(
+                    "is {}; it must be at least 1ms, less than response_timeout ({}) so the \
+                     WAIT answers before the reply counts as lost, and less than a third of \
+                     watchdog_timeout ({})",
+                    humantime::format_duration(timeout),
+                    humantime::format_duration(self.timeouts.response),
+                    humantime::format_duration(self.watchdog_timeout)
+                ),
+            ));
+        }
+        Ok(Some(ReplicaAck {
+            replicas: self.min_replicas,
+            timeout,
+            marker_ttl: self.fence_counter_ttl,
+        }))
     }
 
     fn settings(&self) -> Settings {

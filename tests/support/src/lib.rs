@@ -6,6 +6,10 @@
 //!   for its "Ready to accept connections" log line, and stops, kills,
 //!   pauses or restarts it by PID. It never touches a server it did not
 //!   start, and never uses port 6379.
+//! * [`SentinelGroup`] runs a primary, a replica and three Redis Sentinels
+//!   (`redis-server --sentinel`, same binary) monitoring them as
+//!   [`MASTER_NAME`], and can kill the primary and wait for the sentinels'
+//!   failover to the replica.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -33,6 +37,7 @@ mod ports;
 mod process;
 mod proxy;
 mod resp;
+mod sentinel;
 mod server;
 mod tls;
 
@@ -40,5 +45,6 @@ pub use client::{command_at, pipeline_at};
 pub use ports::free_port;
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
+pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV};
 pub use tls::TestPki;

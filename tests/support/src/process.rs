@@ -112,12 +112,31 @@ impl Child {
         self.lock().output.clone()
     }
 
+    /// How many bytes of output there are so far: a mark for
+    /// [`wait_for_output_after`](Self::wait_for_output_after).
+    pub(crate) fn output_len(&self) -> usize {
+        self.lock().output.len()
+    }
+
     /// Waits until the output contains `needle`, the process has exited, or
     /// `deadline` passes.
     pub(crate) fn wait_for_output(&self, needle: &str, deadline: Instant) -> Outcome {
+        self.wait_for_output_after(needle, 0, deadline)
+    }
+
+    /// Like [`wait_for_output`](Self::wait_for_output), but only output after
+    /// the first `mark` bytes (an earlier [`output_len`](Self::output_len))
+    /// counts, for a line that the process may log more than once.
+    pub(crate) fn wait_for_output_after(
+        &self,
+        needle: &str,
+        mark: usize,
+        deadline: Instant,
+    ) -> Outcome {
         let mut state = self.lock();
         loop {
-            if state.output.contains(needle) {
+            // Output is only ever appended, so a mark stays a char boundary.
+            if state.output[mark..].contains(needle) {
                 return Outcome::Found;
             }
             // After an exit, wait for the pipes to drain too: the line that

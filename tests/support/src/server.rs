@@ -24,20 +24,20 @@ pub const REDIS_SERVER_ENV: &str = "DISTLOCK_REDIS_SERVER";
 /// Logged (at the default `notice` level) once the server serves clients.
 const READY_LINE: &str = "Ready to accept connections";
 /// Logged when the port was taken between [`free_port`] and the bind.
-const PORT_TAKEN_LINE: &str = "Address already in use";
+pub(crate) const PORT_TAKEN_LINE: &str = "Address already in use";
 
 /// Upper bound for a start (or restart) to reach [`READY_LINE`].
-const START_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const START_DEADLINE: Duration = Duration::from_secs(10);
 /// Grace period between SIGTERM and SIGKILL in [`RedisServer::stop`]. A
 /// master waits for lagging replicas on shutdown, so this must not be tiny.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Upper bound for a SIGKILLed process to be reaped; only a kernel in
 /// trouble takes longer.
-const KILL_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const KILL_DEADLINE: Duration = Duration::from_secs(10);
 /// Upper bound for one [`RedisServer::command`] round trip.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Fresh ports tried before giving up on a start.
-const PORT_ATTEMPTS: usize = 5;
+pub(crate) const PORT_ATTEMPTS: usize = 5;
 /// Log lines quoted in panic messages.
 const TAIL_LINES: usize = 30;
 
@@ -108,9 +108,7 @@ impl ServerConfig {
     }
 
     fn command(&self, port: u16, dir: &Path) -> Command {
-        let binary =
-            std::env::var_os(REDIS_SERVER_ENV).unwrap_or_else(|| OsString::from("redis-server"));
-        let mut command = Command::new(binary);
+        let mut command = Command::new(redis_server_binary());
         command
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -397,6 +395,35 @@ impl RedisServer {
         self.wait_for_log("MASTER <-> REPLICA sync: Finished with success");
     }
 
+    /// On a primary: waits until `replicas` replicas acknowledge its writes
+    /// (`WAIT`, event-driven on the server). A replica that logged the end
+    /// of its initial sync is not streaming yet: the primary starts sending it
+    /// commands only at its first `REPLCONF ACK`, which replicas send once a
+    /// second, so until then `WAIT` counts it out. Writes and deletes one key,
+    /// `distlock-harness:replicas`.
+    ///
+    /// # Panics
+    ///
+    /// If fewer replicas acknowledge within 10 s.
+    pub fn wait_for_replicas(&self, replicas: usize) {
+        const KEY: &str = "distlock-harness:replicas";
+        let wanted = replicas.to_string();
+        let timeout_ms = COMMAND_TIMEOUT.as_millis().to_string();
+        let replies = self.pipeline(&[
+            &["SET", KEY, "1"],
+            &["WAIT", &wanted, &timeout_ms],
+            &["DEL", KEY],
+        ]);
+        assert!(
+            matches!(replies[1], Reply::Int(n) if n >= replicas as i64),
+            "redis-server on port {}: {replicas} replicas did not acknowledge within \
+             {COMMAND_TIMEOUT:?} (WAIT answered {:?}); log:\n{}",
+            self.port,
+            replies[1],
+            tail(&self.log())
+        );
+    }
+
     fn signal_running(&self, signal: libc::c_int, what: &str) {
         assert!(
             self.child.signal(signal),
@@ -419,12 +446,17 @@ impl Drop for RedisServer {
     }
 }
 
-/// Why [`launch`] produced no ready server.
-enum Failure {
+/// Why [`launch`] (or a sentinel's launch) produced no ready process.
+pub(crate) enum Failure {
     /// The port was taken; the caller may try another one. Holds the log.
     PortTaken(String),
     /// Anything else, as a complete panic message.
     Other(String),
+}
+
+/// The `redis-server` binary: [`REDIS_SERVER_ENV`] if set, else from `PATH`.
+pub(crate) fn redis_server_binary() -> OsString {
+    std::env::var_os(REDIS_SERVER_ENV).unwrap_or_else(|| OsString::from("redis-server"))
 }
 
 /// Runs one `redis-server` process and waits until it is ready.
@@ -473,7 +505,7 @@ pub(crate) fn make_temp_dir() -> PathBuf {
 }
 
 /// The last lines of a log, for panic messages.
-fn tail(log: &str) -> String {
+pub(crate) fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
 }

@@ -7,5 +7,7 @@ pub(crate) mod diagnose;
 pub(crate) mod group_commit;
 pub(crate) mod node;
 pub(crate) mod pubsub;
+pub(crate) mod sentinel;
 pub(crate) mod single;
+pub(crate) mod timeouts;
 pub(crate) mod tls;

@@ -1,8 +1,16 @@
 //! One Redis server as every Redis-based engine talks to it: a lazily opened, self-reconnecting
 //! connection, scripts sent by SHA (the source on NOSCRIPT), and the lock scripts as typed calls.
 //! The single-server engine is one node; Redlock is several.
+//!
+//! A node's server is either fixed (one address) or the primary a Sentinel group names, which
+//! the node follows across failovers: a connection that fails, a server that answers `READONLY`
+//! (a demoted primary) and a `+switch-master` announcement each make the next call ask the
+//! sentinels again. With [`ReplicaAck`], the writes that grant or extend a lock are followed by
+//! `WAIT` in the same round trip.
 
 use super::diagnose;
+use super::sentinel::SentinelTarget;
+pub(crate) use super::timeouts::Timeouts;
 use super::tls::{self, TlsFiles};
 use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
@@ -14,22 +22,6 @@ use redis::{FromRedisValue, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Network timeouts of a Redis connection.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub(crate) response: Duration,
-    pub(crate) connect: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            response: Duration::from_millis(500),
-            connect: Duration::from_secs(1),
-        }
-    }
-}
 
 /// One lock of a batched acquire: its key (already prefixed), owner, lease TTL, and who asks.
 #[derive(Debug, Clone)]
@@ -45,6 +37,16 @@ pub(crate) struct LockCall {
 /// notified waiter that vanished leaves the lock idle only briefly.
 pub(crate) const HANDOFF_WINDOW: Duration = Duration::from_millis(10);
 
+/// Replica acknowledgement: the writes that grant or renew a lock are confirmed by this many
+/// replicas (`WAIT replicas timeout`) before the lock counts as granted or renewed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
+    /// How long the marker of a grant taken back stays (the backend's `fence_counter_ttl`).
+    pub(crate) marker_ttl: Duration,
+}
+
 /// What the release script found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReleaseReply {
@@ -54,18 +56,32 @@ pub(crate) enum ReleaseReply {
 }
 
 pub(crate) struct Node {
-    client: redis::Client,
+    target: Target,
     /// The key prefix, for advice in errors (the ACL rules to grant).
     prefix: String,
     timeouts: Timeouts,
+    replica_ack: Option<ReplicaAck>,
     connection: Mutex<Option<Bound>>,
+}
+
+/// Which server a node talks to.
+enum Target {
+    /// One address.
+    Fixed(Box<redis::Client>),
+    /// Whichever server the sentinels name as the group's primary.
+    Sentinel(Arc<SentinelTarget>),
 }
 
 /// A connection bound to the tokio runtime that opened it. Its background tasks die with that
 /// runtime (a test's runtime, say); `alive` notices, and the next call opens a new one.
+#[derive(Clone)]
 struct Bound {
     manager: ConnectionManager,
+    /// The server's client, for connections of other kinds (pub/sub).
+    client: redis::Client,
     alive: Arc<AtomicBool>,
+    /// The Sentinel generation the server was named in (0 for a fixed server).
+    generation: u64,
 }
 
 struct AliveFlag(Arc<AtomicBool>);
@@ -85,30 +101,106 @@ impl Node {
         prefix: &str,
     ) -> Result<Node, LockError> {
         Ok(Node {
-            client: tls::client(url, tls)?,
+            target: Target::Fixed(Box::new(tls::client(url, tls)?)),
             prefix: prefix.to_owned(),
             timeouts,
+            replica_ack: None,
             connection: Mutex::new(None),
         })
     }
 
-    /// The redis-rs client, for connections of other kinds (pub/sub).
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
-    }
-
-    /// `host:port` of the server, for messages.
-    pub(crate) fn address(&self) -> String {
-        self.client.get_connection_info().addr().to_string()
-    }
-
-    fn manager(&self) -> EngineResult<ConnectionManager> {
-        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(bound) = slot.as_ref() {
-            if bound.alive.load(Ordering::Acquire) {
-                return Ok(bound.manager.clone());
-            }
+    /// A node for the primary of a Sentinel group (found on first use, followed across
+    /// failovers).
+    pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeouts: Timeouts, prefix: &str) -> Node {
+        Node {
+            target: Target::Sentinel(target),
+            prefix: prefix.to_owned(),
+            timeouts,
+            replica_ack: None,
+            connection: Mutex::new(None),
         }
+    }
+
+    /// Grants and renewals wait for `ack` replicas (`None`: they do not wait).
+    pub(crate) fn with_replica_ack(mut self, ack: Option<ReplicaAck>) -> Node {
+        self.replica_ack = ack;
+        self
+    }
+
+    /// The client of the server this node talks to now (for Sentinel: the primary the sentinels
+    /// name, asked for if no connection is open), for connections of other kinds (pub/sub).
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the lookup; nothing is left half done.
+    pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
+        match self.connection().await {
+            Ok(bound) => Ok(bound.client),
+            Err(failure) => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "no connection",
+                failure.source.to_string(),
+            ))),
+        }
+    }
+
+    /// `host:port` of the server (for Sentinel: the group), for messages.
+    pub(crate) fn address(&self) -> String {
+        match &self.target {
+            Target::Fixed(client) => client.get_connection_info().addr().to_string(),
+            Target::Sentinel(target) => target.describe(),
+        }
+    }
+
+    /// The open connection, or a new one (for Sentinel: to the primary the sentinels name now).
+    async fn connection(&self) -> EngineResult<Bound> {
+        if let Some(bound) = self.live() {
+            return Ok(bound);
+        }
+        let (client, generation) = match &self.target {
+            Target::Fixed(client) => ((**client).clone(), 0),
+            Target::Sentinel(target) => target.resolve().await.map_err(|err| EngineFailure {
+                ambiguous: false,
+                source: format!("{}: {err}", target.describe()).into(),
+            })?,
+        };
+        self.bind(client, generation)
+    }
+
+    fn live(&self) -> Option<Bound> {
+        let slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let bound = slot.as_ref()?;
+        let current = match &self.target {
+            Target::Fixed(_) => 0,
+            Target::Sentinel(target) => target.generation(),
+        };
+        (bound.alive.load(Ordering::Acquire) && bound.generation == current).then(|| bound.clone())
+    }
+
+    /// After a failed call on `bound`: a Sentinel node whose server is unreachable or no longer
+    /// the primary drops the connection, so the next call asks the sentinels again. (A fixed
+    /// server's connection reconnects by itself.)
+    fn after_failure(&self, bound: &Bound, err: &redis::RedisError) {
+        if !matches!(self.target, Target::Sentinel(_)) {
+            return;
+        }
+        let moved = err.is_io_error()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+            || err.is_timeout()
+            || err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if !moved {
+            return;
+        }
+        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        if slot
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(&current.alive, &bound.alive))
+        {
+            *slot = None;
+        }
+    }
+
+    fn bind(&self, client: redis::Client, generation: u64) -> EngineResult<Bound> {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.timeouts.response))
             .set_connection_timeout(Some(self.timeouts.connect))
@@ -117,7 +209,7 @@ impl Node {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(250));
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+        let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|err| self.failure(err))?;
         let alive = Arc::new(AtomicBool::new(true));
         let flag = AliveFlag(alive.clone());
@@ -125,11 +217,15 @@ impl Node {
             let _flag = flag;
             std::future::pending::<()>().await;
         });
-        *slot = Some(Bound {
-            manager: manager.clone(),
+        let bound = Bound {
+            manager,
+            client,
             alive,
-        });
-        Ok(manager)
+            generation,
+        };
+        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(bound.clone());
+        Ok(bound)
     }
 
     /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
@@ -144,19 +240,41 @@ impl Node {
         keys: &[&str],
         args: &[&[u8]],
     ) -> EngineResult<T> {
-        let mut manager = self.manager()?;
-        match script.evalsha(keys, args).query_async(&mut manager).await {
+        let (reply, _) = self.invoke_acked(script, keys, args, None).await?;
+        Ok(reply)
+    }
+
+    /// [`invoke`](Self::invoke), followed in the same round trip by `WAIT` when `ack` is set:
+    /// the reply and how many replicas acknowledged the script's writes.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke).
+    async fn invoke_acked<T: FromRedisValue>(
+        &self,
+        script: &LuaScript,
+        keys: &[&str],
+        args: &[&[u8]],
+        ack: Option<ReplicaAck>,
+    ) -> EngineResult<(T, Option<u32>)> {
+        let bound = self.connection().await?;
+        let mut manager = bound.manager.clone();
+        let sent = match send(&mut manager, script.evalsha(keys, args), ack).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                script
-                    .eval(keys, args)
-                    .query_async(&mut manager)
-                    .await
-                    .map_err(|err| self.failure(err))
+                send(&mut manager, script.eval(keys, args), ack).await
             }
-            other => other.map_err(|err| self.failure(err)),
-        }
+            other => other,
+        };
+        let (reply, acknowledged) = sent.map_err(|err| {
+            self.after_failure(&bound, &err);
+            self.failure(err)
+        })?;
+        let reply = T::from_redis_value(reply).map_err(|err| EngineFailure {
+            ambiguous: false,
+            source: format!("unexpected reply to a lock script: {err}").into(),
+        })?;
+        Ok((reply, acknowledged))
     }
 
     fn failure(&self, err: redis::RedisError) -> EngineFailure {
@@ -209,11 +327,13 @@ impl Node {
                 Asker::Waiting => b"2",
             });
         }
-        let reply: Vec<i64> = self.invoke(&ACQUIRE, &keys, &args).await?;
+        let (reply, acknowledged): (Vec<i64>, _) = self
+            .invoke_acked(&ACQUIRE, &keys, &args, self.replica_ack)
+            .await?;
         if reply.len() != 2 * items.len() {
             return Err(unexpected("acquire", reply));
         }
-        Ok(reply
+        let answers: Vec<EngineResult<Acquired>> = reply
             .chunks_exact(2)
             .zip(items)
             .map(|(answer, item)| match *answer {
@@ -234,7 +354,56 @@ impl Node {
                 }),
                 _ => Err(unexpected("acquire", answer)),
             })
-            .collect())
+            .collect();
+        match (self.replica_ack, acknowledged) {
+            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas => Ok(self
+                .take_back_unreplicated(items, answers, ack, acknowledged)
+                .await),
+            _ => Ok(answers),
+        }
+    }
+
+    /// Grants that fewer replicas than wanted acknowledged are released at once (a failover now
+    /// could hand them to someone else) and answered [`Acquired::Unreplicated`]. A grant whose
+    /// release fails is answered with that failure, ambiguous: the caller's cleanup releases it
+    /// again with the same owner.
+    async fn take_back_unreplicated(
+        &self,
+        items: &[LockCall],
+        answers: Vec<EngineResult<Acquired>>,
+        ack: ReplicaAck,
+        acknowledged: u32,
+    ) -> Vec<EngineResult<Acquired>> {
+        let granted: Vec<(String, Owner)> = items
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| matches!(answer, Ok(Acquired::Yes { .. })))
+            .map(|(item, _)| (item.lock.clone(), item.owner.clone()))
+            .collect();
+        // The marker keeps the token granted (and taken back) as the one the next must exceed.
+        let released = self
+            .release_many(&granted, ack.marker_ttl, HANDOFF_WINDOW)
+            .await;
+        let unreplicated = Acquired::Unreplicated {
+            acknowledged,
+            wanted: ack.replicas,
+            timeout: ack.timeout,
+        };
+        answers
+            .into_iter()
+            .map(|answer| match (answer, &released) {
+                (Ok(Acquired::Yes { .. }), Ok(_)) => Ok(unreplicated),
+                (Ok(Acquired::Yes { .. }), Err(failure)) => Err(EngineFailure {
+                    ambiguous: true,
+                    source: format!(
+                        "{acknowledged} of {} replicas acknowledged the lock, and releasing it                          failed: {}",
+                        ack.replicas, failure.source
+                    )
+                    .into(),
+                }),
+                (other, _) => other,
+            })
+            .collect()
     }
 
     /// `fence_writeback.lua`: record `fence` as the lock's token (and so, after the release, as
@@ -306,12 +475,13 @@ impl Node {
             .collect())
     }
 
-    /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease.
+    /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease; `None` for
+    /// a lease extended on the primary but not acknowledged by the replicas wanted.
     pub(crate) async fn renew(
         &self,
         locks: &[String],
         batch: &[Renewal<'_>],
-    ) -> EngineResult<Vec<Ownership>> {
+    ) -> EngineResult<Vec<Option<Ownership>>> {
         let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
         let ttls: Vec<Vec<u8>> = batch.iter().map(|item| millis(item.ttl)).collect();
         let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
@@ -319,11 +489,22 @@ impl Node {
             args.push(item.owner.as_bytes());
             args.push(ttl);
         }
-        let codes: Vec<i64> = self.invoke(&RENEW, &keys, &args).await?;
+        let (codes, acknowledged): (Vec<i64>, _) = self
+            .invoke_acked(&RENEW, &keys, &args, self.replica_ack)
+            .await?;
         if codes.len() != batch.len() {
             return Err(unexpected("renew", codes));
         }
-        Ok(codes.into_iter().map(ownership).collect())
+        let confirmed = match (self.replica_ack, acknowledged) {
+            (Some(ack), Some(acknowledged)) => acknowledged >= ack.replicas,
+            _ => true,
+        };
+        Ok(codes
+            .into_iter()
+            .map(ownership)
+            // An extension the replicas did not confirm is not one the lease may count on.
+            .map(|found| (confirmed || found != Ownership::Ours).then_some(found))
+            .collect())
     }
 
     /// `inspect.lua`: who holds the lock on this server.
@@ -375,8 +556,8 @@ impl Node {
     }
 
     async fn raw_query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        let mut manager = match self.manager() {
-            Ok(manager) => manager,
+        let bound = match self.connection().await {
+            Ok(bound) => bound,
             Err(failure) => {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
@@ -385,7 +566,12 @@ impl Node {
                 )))
             }
         };
-        cmd.query_async(&mut manager).await
+        let mut manager = bound.manager.clone();
+        let reply = cmd.query_async(&mut manager).await;
+        if let Err(err) = &reply {
+            self.after_failure(&bound, err);
+        }
+        reply
     }
 }
 
@@ -403,6 +589,33 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
          publish on the channel); releases still happen, but waiters in other processes learn \
          of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
     );
+}
+
+/// Sends `script`, followed by `WAIT` when `ack` is set, in one round trip.
+async fn send(
+    manager: &mut ConnectionManager,
+    script: redis::Cmd,
+    ack: Option<ReplicaAck>,
+) -> redis::RedisResult<(Value, Option<u32>)> {
+    let Some(ack) = ack else {
+        return script.query_async(manager).await.map(|reply| (reply, None));
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(script)
+        .cmd("WAIT")
+        .arg(ack.replicas)
+        .arg(ack.timeout.as_millis().max(1) as u64);
+    let replies: Vec<Value> = pipe.ignore_errors().query_async(manager).await?;
+    let mut replies = replies.into_iter();
+    let (Some(reply), Some(acknowledged)) = (replies.next(), replies.next()) else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "a script and WAIT were sent, and fewer than two replies came back",
+        )));
+    };
+    let reply = reply.extract_error()?;
+    let acknowledged = u32::from_redis_value(acknowledged.extract_error()?)?;
+    Ok((reply, Some(acknowledged)))
 }
 
 fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {

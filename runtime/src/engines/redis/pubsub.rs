@@ -6,9 +6,13 @@
 //! Every connection has an epoch, and a subscription is confirmed with the epoch of the
 //! connection that carried it (see [`Channels`]): a confirmation recorded after its connection
 //! died counts for nothing. Several subscribers (one per Redlock master) can share one table.
+//!
+//! The connection goes to the server its [`Node`] talks to now: for Sentinel, the current
+//! primary. When the sentinels switch the primary, [`Subscriber::disconnect`] ends the link, so
+//! every waiter re-checks and the next subscription goes to the new one.
 
 use super::diagnose;
-use super::node::Timeouts;
+use super::node::{Node, Timeouts};
 use crate::engine::{EngineFailure, EngineResult};
 use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
@@ -18,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 pub(crate) struct Subscriber {
-    client: redis::Client,
+    node: Arc<Node>,
     timeouts: Timeouts,
     prefix: String,
     hooks: SharedHooks,
@@ -38,14 +42,22 @@ struct Link {
     sink: PubSubSink,
     epoch: u64,
     alive: Arc<AtomicBool>,
+    reader: tokio::task::AbortHandle,
 }
 
-/// Cleared when the reader task ends, however it ends (connection closed, runtime dropped).
-struct AliveFlag(Arc<AtomicBool>);
+/// The reader task's end, however it ends (connection closed, aborted, runtime dropped): the
+/// link is marked dead, then the waiters are woken, so that the ones still waiting subscribe
+/// again on a new connection rather than on this dead one.
+struct LinkEnd {
+    alive: Arc<AtomicBool>,
+    channels: Arc<Channels>,
+    epoch: u64,
+}
 
-impl Drop for AliveFlag {
+impl Drop for LinkEnd {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.alive.store(false, Ordering::Release);
+        self.channels.link_lost(self.epoch);
     }
 }
 
@@ -75,14 +87,14 @@ impl From<tokio::time::error::Elapsed> for Failure {
 
 impl Subscriber {
     pub(crate) fn new(
-        client: redis::Client,
+        node: Arc<Node>,
         timeouts: Timeouts,
         prefix: &str,
         hooks: SharedHooks,
         channels: Arc<Channels>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Subscriber {
-            client,
+            node,
             timeouts,
             prefix: prefix.to_owned(),
             hooks,
@@ -169,29 +181,50 @@ impl Subscriber {
         {
             return Ok((link.sink.clone(), link.epoch));
         }
-        let pubsub =
-            tokio::time::timeout(self.timeouts.connect, self.client.get_async_pubsub()).await??;
+        let open = async {
+            let client = self.node.current_client().await?;
+            client.get_async_pubsub().await
+        };
+        let pubsub = tokio::time::timeout(self.timeouts.connect, open).await??;
         let (sink, mut stream) = pubsub.split();
         let epoch = self.channels.new_link();
         let alive = Arc::new(AtomicBool::new(true));
-        let flag = AliveFlag(alive.clone());
+        let end = LinkEnd {
+            alive: alive.clone(),
+            channels: self.channels.clone(),
+            epoch,
+        };
         let channels = self.channels.clone();
         channels.link_up(epoch);
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
+            let _end = end;
             while let Some(message) = stream.next().await {
                 channels.notify(message.get_channel_name());
             }
-            // Mark the link dead before waking the waiters, so that the ones still waiting
-            // subscribe again on a new connection rather than on this dead one.
-            drop(flag);
-            channels.link_lost(epoch);
         });
         links.current = Some(Link {
             sink: sink.clone(),
             epoch,
             alive,
+            reader: reader.abort_handle(),
         });
         Ok((sink, epoch))
+    }
+
+    /// Ends the current link (the server it goes to is no longer the one the node talks to):
+    /// every waiter is woken to re-check, and the next subscription opens a new connection.
+    pub(crate) fn disconnect(&self) {
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Some(link) = me.link.lock().await.current.take() {
+                link.reader.abort();
+            }
+        });
     }
 
     /// What the channel's last local waiter calls on leaving: an UNSUBSCRIBE in the background.

@@ -1,14 +1,16 @@
-//! One Redis server (or a primary behind a stable address): the single-instance engine.
+//! One Redis server, or the primary of a replicated group (behind a stable address, or named by
+//! Sentinel and followed across failovers): the single-instance engine.
 //!
 //! Every operation is one script call on one [`Node`]: a redis-rs `ConnectionManager`,
 //! multiplexed (every task shares one socket) and reconnecting by itself. Concurrent acquires
 //! (and releases) are coalesced into one script call ([`GroupCommit`]). Release notifications
-//! arrive on a second, pub/sub connection ([`Subscriber`]).
+//! arrive on a second, pub/sub connection ([`Subscriber`]), which moves with the primary.
 
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
-use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, Timeouts};
+use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, ReplicaAck, Timeouts};
 use super::pubsub::Subscriber;
+use super::sentinel::{SentinelSpec, SentinelTarget};
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
 use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
@@ -30,6 +32,8 @@ pub(crate) struct RedisConfig<'a> {
     pub(crate) timeouts: Timeouts,
     pub(crate) tls: &'a TlsFiles,
     pub(crate) hooks: SharedHooks,
+    /// Grants and renewals wait for replicas (`WAIT`); `None`: they do not.
+    pub(crate) replica_ack: Option<ReplicaAck>,
 }
 
 pub(crate) struct RedisEngine {
@@ -44,21 +48,33 @@ pub(crate) struct RedisEngine {
 
 impl RedisEngine {
     pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
-        let node = Arc::new(Node::open(
-            config.url,
-            config.tls,
+        let (node, sentinel) = if config.url.starts_with("redis-sentinel://") {
+            let target = SentinelTarget::open(SentinelSpec::parse(config.url)?, config.timeouts)?;
+            let node = Node::sentinel(target.clone(), config.timeouts, config.prefix);
+            (node, Some(target))
+        } else {
+            let node = Node::open(config.url, config.tls, config.timeouts, config.prefix)?;
+            (node, None)
+        };
+        let node = Arc::new(node.with_replica_ack(config.replica_ack));
+        let subscriber = Subscriber::new(
+            node.clone(),
             config.timeouts,
             config.prefix,
-        )?);
-        let channels = Arc::new(Channels::needing(1));
+            config.hooks.clone(),
+            Arc::new(Channels::needing(1)),
+        );
+        if let Some(target) = sentinel {
+            // Waiters listen on the new primary once the sentinels switch.
+            let subscriber = Arc::downgrade(&subscriber);
+            target.on_switch(move || {
+                if let Some(subscriber) = subscriber.upgrade() {
+                    subscriber.disconnect();
+                }
+            });
+        }
         Ok(RedisEngine {
-            subscriber: Subscriber::new(
-                node.client().clone(),
-                config.timeouts,
-                config.prefix,
-                config.hooks.clone(),
-                channels,
-            ),
+            subscriber,
             acquires: GroupCommit::new(Arc::new(AcquireBatch {
                 node: node.clone(),
                 fence_counter_ttl: config.fence_counter_ttl,
@@ -125,8 +141,7 @@ impl Engine for RedisEngine {
                 .iter()
                 .map(|item| lock_name(&self.prefix, item.key))
                 .collect();
-            let answers = self.node.renew(&locks, batch).await?;
-            Ok(answers.into_iter().map(Some).collect())
+            self.node.renew(&locks, batch).await
         })
     }
 

@@ -79,7 +79,7 @@ pub(crate) struct RedlockConfig<'a> {
 }
 
 struct Master {
-    node: Node,
+    node: Arc<Node>,
     subscriber: Arc<Subscriber>,
     /// `host:port`, for messages.
     address: String,
@@ -103,9 +103,9 @@ impl RedlockEngine {
         let channels = Arc::new(Channels::needing(count - quorum + 1));
         let mut masters = Vec::with_capacity(count);
         for url in config.urls {
-            let node = Node::open(url, config.tls, config.timeouts, config.prefix)?;
+            let node = Arc::new(Node::open(url, config.tls, config.timeouts, config.prefix)?);
             let subscriber = Subscriber::new(
-                node.client().clone(),
+                node.clone(),
                 config.timeouts,
                 config.prefix,
                 config.hooks.clone(),
@@ -162,7 +162,12 @@ impl RedlockEngine {
         let hopeless = |votes: &Answers<Acquired>| {
             let refused = votes
                 .iter()
-                .filter(|vote| matches!(vote, Some(Ok(Acquired::Busy { .. }) | Err(_))))
+                .filter(|vote| {
+                    matches!(
+                        vote,
+                        Some(Ok(Acquired::Busy { .. } | Acquired::Unreplicated { .. }) | Err(_))
+                    )
+                })
                 .count();
             refused >= self.blocking()
         };
@@ -180,6 +185,9 @@ impl RedlockEngine {
             match vote {
                 Some(Ok(Acquired::Yes { fence })) => granted.push((index, fence)),
                 Some(Ok(Acquired::Busy { ttl, .. })) => busy.push(ttl),
+                // Masters are independent: none is set to wait for replicas (the builder
+                // refuses it), so this vote never comes; it would count as no vote.
+                Some(Ok(Acquired::Unreplicated { .. })) => {}
                 Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
                 None => {}
             }
@@ -263,15 +271,16 @@ impl RedlockEngine {
     fn tally(
         &self,
         leases: usize,
-        answers: &Answers<Vec<Ownership>>,
+        answers: &Answers<Vec<Option<Ownership>>>,
     ) -> Vec<(usize, usize, usize)> {
         let mut tallies = vec![(0, 0, 0); leases];
         for ownerships in answers.iter().flatten().flatten() {
             for (tally, ownership) in tallies.iter_mut().zip(ownerships) {
                 match ownership {
-                    Ownership::Ours => tally.0 += 1,
-                    Ownership::Gone => tally.1 += 1,
-                    Ownership::Foreign => tally.2 += 1,
+                    Some(Ownership::Ours) => tally.0 += 1,
+                    Some(Ownership::Gone) => tally.1 += 1,
+                    Some(Ownership::Foreign) => tally.2 += 1,
+                    None => {}
                 }
             }
         }

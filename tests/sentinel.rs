@@ -1,0 +1,495 @@
+//! Replicated deployments, on real processes started per test: a primary with replicas, three
+//! sentinels, and a separate resource server that records every critical section (it survives
+//! the failovers, so it sees any overlap across them).
+//!
+//! Figures are printed as `SENTINEL …` lines on stderr.
+
+mod common;
+
+use common::cell::read_cell;
+use common::worker::{self, Worker};
+use common::PREFIX;
+use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason};
+use distlock_test_support::{RedisServer, Reply, SentinelGroup, ServerConfig};
+use futures_util::StreamExt;
+use redis::AsyncCommands;
+use std::time::{Duration, Instant};
+
+/// How long a primary may be silent before a sentinel thinks it down.
+const DOWN_AFTER: Duration = Duration::from_millis(500);
+const PROCESSES: usize = 3;
+const TASKS: usize = 4;
+const REPLICA_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// The entry point of every worker process; a no-op in a normal test run.
+#[test]
+fn worker_entry() {
+    let Some(role) = worker::role() else { return };
+    let runtime = worker::runtime();
+    runtime.block_on(async move {
+        match role.as_str() {
+            "sections" => sections().await,
+            other => panic!("unknown worker role {other}"),
+        }
+    });
+}
+
+fn sentinel_backend(url: &str, watchdog: Duration) -> Backend {
+    Backend::builder(url)
+        .prefix(PREFIX)
+        .watchdog_timeout(watchdog)
+        .min_replicas(1)
+        .replica_timeout(REPLICA_TIMEOUT)
+        .build()
+        .unwrap()
+}
+
+/// What one worker counted.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    sections: u64,
+    after_kill: u64,
+    overlaps: u64,
+    rejected: u64,
+    errors: u64,
+    unreplicated: u64,
+}
+
+/// Loops fenced critical sections on one key until the parent says `stop`; after the parent's
+/// `killed`, reports `resumed` at its first section.
+async fn sections() {
+    let url = std::env::var("SENTINEL_URL").unwrap();
+    let resource_url = std::env::var("RESOURCE_URL").unwrap();
+    let backend = sentinel_backend(&url, Duration::from_secs(2));
+    let fenced = std::sync::Arc::new(FencedStore::open(&resource_url).unwrap());
+    let resource = redis::Client::open(resource_url.as_str()).unwrap();
+    let me: usize = std::env::var("WORKER_INDEX").unwrap().parse().unwrap();
+    Lock::new(format!("warm-up-{me}"))
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    worker::ready_then_go().await;
+    // The parent's orders: `killed`, then `stop`.
+    let (orders_tx, orders) = tokio::sync::watch::channel(String::new());
+    tokio::task::spawn_blocking(move || loop {
+        let line = worker::read_line();
+        // A closed stdin (the parent gone) stops the worker too.
+        let stop = line == "stop" || line.is_empty();
+        let _ = orders_tx.send(if stop { "stop".to_owned() } else { line });
+        if stop {
+            return;
+        }
+    });
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let backend = backend.clone();
+        let fenced = fenced.clone();
+        let orders = orders.clone();
+        let mut redis = resource.get_multiplexed_async_connection().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut tally = Tally::default();
+            loop {
+                let order = orders.borrow().clone();
+                if order == "stop" {
+                    return tally;
+                }
+                let killed = order == "killed";
+                let outcome = Lock::new("counter")
+                    .on(&backend)
+                    .wait(Duration::from_secs(30))
+                    .run(async {
+                        let inside: i64 = redis.incr("inside", 1).await.unwrap();
+                        let overlap = inside != 1;
+                        let token = distlock::fencing_token().unwrap();
+                        let _: i64 = redis.rpush("tokens", token).await.unwrap();
+                        tokio::task::yield_now().await;
+                        let written = fenced
+                            .write("fenced", token, token.to_string().as_bytes())
+                            .await
+                            .unwrap();
+                        let _: i64 = redis.decr("inside", 1).await.unwrap();
+                        (overlap, written != FencedWrite::Applied)
+                    })
+                    .await;
+                match outcome {
+                    Ok((overlap, rejected)) => {
+                        tally.sections += 1;
+                        tally.overlaps += u64::from(overlap);
+                        tally.rejected += u64::from(rejected);
+                        if killed {
+                            if tally.after_kill == 0 {
+                                worker::report("resumed", me);
+                            }
+                            tally.after_kill += 1;
+                        }
+                    }
+                    // Already waited `replica_timeout`: tried again at once.
+                    Err(LockError::ReplicasNotAcknowledged { .. }) => tally.unreplicated += 1,
+                    // The lock retried failures with backoff for its whole wait budget.
+                    Err(err) => {
+                        tally.errors += 1;
+                        eprintln!("worker {me}: {err}");
+                    }
+                }
+            }
+        }));
+    }
+    let mut total = Tally::default();
+    for task in tasks {
+        let tally = task.await.unwrap();
+        total.sections += tally.sections;
+        total.after_kill += tally.after_kill;
+        total.overlaps += tally.overlaps;
+        total.rejected += tally.rejected;
+        total.errors += tally.errors;
+        total.unreplicated += tally.unreplicated;
+    }
+    worker::report(
+        "done",
+        format!(
+            "{} {} {} {} {} {}",
+            total.sections,
+            total.after_kill,
+            total.overlaps,
+            total.rejected,
+            total.errors,
+            total.unreplicated
+        ),
+    );
+}
+
+/// Failover under load: 3 processes × 4 tasks loop fenced sections through the sentinels; the
+/// primary is SIGKILLed. Sections resume on the promoted replica, with 0 overlaps and 0 token
+/// regressions, and no worker dies. (Two replicas: with `min_replicas = 1`, the promoted one
+/// still has a replica to acknowledge grants.)
+#[test]
+fn failover_under_load_resumes_without_overlap_or_token_regression() {
+    let mut group = SentinelGroup::start_with_replicas(2, DOWN_AFTER);
+    let resource = RedisServer::start();
+    let mut workers: Vec<Worker> = (0..PROCESSES)
+        .map(|index| {
+            Worker::spawn(
+                "worker_entry",
+                "sections",
+                &[
+                    ("SENTINEL_URL", group.sentinel_url()),
+                    ("RESOURCE_URL", resource.url()),
+                    ("WORKER_INDEX", index.to_string()),
+                ],
+            )
+        })
+        .collect();
+    worker::start_together(&mut workers);
+    // Load before the kill: wait until the sections ran a while.
+    wait_for_tokens(&resource, 200);
+    let before = tokens(&resource).len();
+    let killed_at = Instant::now();
+    let switched = group.kill_primary_and_wait_failover();
+    for worker in &mut workers {
+        worker.send("killed");
+    }
+    let mut resumed = Vec::new();
+    for worker in &workers {
+        worker.expect("resumed", Duration::from_secs(30));
+        resumed.push(killed_at.elapsed());
+    }
+    // Sections on the new primary for a while, then stop.
+    wait_for_tokens(&resource, tokens_len(&resource) + 200);
+    for worker in &mut workers {
+        worker.send("stop");
+    }
+    let mut total = Tally::default();
+    for worker in &mut workers {
+        let done = worker.expect("done", Duration::from_secs(60));
+        let n: Vec<u64> = done.split(' ').map(|n| n.parse().unwrap()).collect();
+        total.sections += n[0];
+        total.after_kill += n[1];
+        total.overlaps += n[2];
+        total.rejected += n[3];
+        total.errors += n[4];
+        total.unreplicated += n[5];
+        assert!(worker.wait().success(), "a worker died");
+    }
+    let tokens = tokens(&resource);
+    let regressions = tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count();
+    let noscripts = error_count(group.primary(), "NOSCRIPT");
+    let last_resume = resumed.iter().max().unwrap();
+    eprintln!(
+        "SENTINEL failover under load: {PROCESSES} processes x {TASKS} tasks, {} sections ({before} \
+         before the kill, {} after); sentinels switched {switched:?} after the kill, every worker \
+         resumed within {last_resume:?} (down-after {DOWN_AFTER:?}); {} overlaps, {regressions} \
+         token regressions, {} fenced writes rejected; {} errors and {} unacknowledged grants \
+         while the primary was gone; {noscripts} NOSCRIPT replies on the new primary",
+        total.sections, total.after_kill, total.overlaps, total.rejected, total.errors,
+        total.unreplicated
+    );
+    assert_eq!(total.overlaps, 0, "critical sections overlapped");
+    assert_eq!(regressions, 0, "fencing tokens went back: {tokens:?}");
+    assert_eq!(total.rejected, 0, "a fenced write was rejected");
+    assert_eq!(
+        tokens.len() as u64,
+        total.sections,
+        "every section recorded its token"
+    );
+    assert!(
+        total.after_kill >= 200,
+        "sections resumed after the failover"
+    );
+    // The new primary's empty script cache costs the calls in flight when they first reach it
+    // (at most every task's acquire, release and renewal), never every call after.
+    assert!(
+        noscripts <= (PROCESSES * TASKS * 3) as u64,
+        "{noscripts} NOSCRIPT replies: scripts are not cached after the first"
+    );
+    // Callers resume once the sentinels switched, plus what a waiter's backoff and the
+    // holder's lease (2 s, on the key the dead primary held) add.
+    assert!(
+        *last_resume < switched + Duration::from_secs(5),
+        "workers resumed {last_resume:?} after the kill; the switch took {switched:?}"
+    );
+}
+
+/// A replica that does not answer (SIGSTOP): an acquire with `min_replicas = 1` fails after
+/// `replica_timeout` with the dedicated error, and leaves no lock behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
+    replica.wait_for_replica_sync();
+    primary.wait_for_replicas(1);
+    let backend = Backend::builder(primary.url())
+        .prefix(PREFIX)
+        .min_replicas(1)
+        .replica_timeout(REPLICA_TIMEOUT)
+        .build()
+        .unwrap();
+    // Acknowledged: the lock is granted, its token on the replica too.
+    let guard = Lock::new("acked").on(&backend).acquire().await.unwrap();
+    let lock = common::SingleRedis::lock_key("acked");
+    assert_eq!(
+        read_cell(&replica, &lock).token(),
+        Some(guard.fencing_token()),
+        "WAIT returned once the replica had the grant"
+    );
+    guard.release().await.unwrap();
+
+    replica.pause();
+    let started = Instant::now();
+    let err = Lock::new("unacked")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let lock = common::SingleRedis::lock_key("unacked");
+    let left_behind = read_cell(&primary, &lock).is_held();
+    replica.resume();
+    eprintln!("SENTINEL replica paused: the acquire failed after {took:?}: {err}");
+    match err {
+        LockError::ReplicasNotAcknowledged {
+            ref key,
+            acknowledged,
+            wanted,
+            timeout,
+        } => {
+            assert_eq!(key, "unacked");
+            assert_eq!((acknowledged, wanted, timeout), (0, 1, REPLICA_TIMEOUT));
+        }
+        other => panic!("expected ReplicasNotAcknowledged, got {other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .contains("0 of 1 replicas acknowledged it within 200ms"),
+        "{err}"
+    );
+    assert!(
+        took >= REPLICA_TIMEOUT,
+        "the WAIT was not waited for: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(500),
+        "the failure came from a response timeout, not the WAIT: {took:?}"
+    );
+    assert!(!left_behind, "the unacknowledged grant was left held");
+    // Free at once for anyone: no wait budget needed.
+    let again = Lock::new("unacked").on(&backend).acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+/// Renewals the replicas do not acknowledge do not advance the lease: with the replica paused,
+/// a watchdog lease runs out on its local clock and is reported lost, although the primary
+/// applied every renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unacknowledged_renewals_do_not_extend_the_lease() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
+    replica.wait_for_replica_sync();
+    primary.wait_for_replicas(1);
+    let ttl = Duration::from_millis(900);
+    let backend = Backend::builder(primary.url())
+        .prefix(PREFIX)
+        .watchdog_timeout(ttl)
+        .min_replicas(1)
+        .replica_timeout(REPLICA_TIMEOUT)
+        .build()
+        .unwrap();
+    let guard = Lock::new("renewed").on(&backend).acquire().await.unwrap();
+    replica.pause();
+    let paused_at = Instant::now();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the lease was never reported lost");
+    let after = paused_at.elapsed();
+    let lock = common::SingleRedis::lock_key("renewed");
+    let still_on_primary = read_cell(&primary, &lock).is_held();
+    replica.resume();
+    eprintln!(
+        "SENTINEL replica paused under a {ttl:?} watchdog lease: lost after {after:?} ({lost}); \
+         key still held on the primary: {still_on_primary}"
+    );
+    assert_eq!(lost.lost_reason(), Some(LostReason::Expired), "{lost}");
+    assert!(after <= ttl, "the lease outlived its TTL: {after:?}");
+    assert!(
+        still_on_primary,
+        "the primary applied the renewals (only their acknowledgement was missing)"
+    );
+}
+
+/// A watchdog holder through a failover either keeps its lock on the new primary or learns it
+/// lost it before anyone else can take it — never both holding. Two holders: one whose lease
+/// (6 s) outlasts the failover and keeps it; one whose lease (700 ms) does not, and loses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_through_a_failover_keeps_its_lock_or_learns_it_lost_it_first() {
+    let mut group = SentinelGroup::start_with_replicas(2, DOWN_AFTER);
+    let long = sentinel_backend(&group.sentinel_url(), Duration::from_secs(6));
+    let short = sentinel_backend(&group.sentinel_url(), Duration::from_millis(700));
+    let contender = sentinel_backend(&group.sentinel_url(), Duration::from_secs(6));
+    let keeper = Lock::new("keeps").on(&long).acquire().await.unwrap();
+    let loser = Lock::new("loses").on(&short).acquire().await.unwrap();
+
+    let contend = |key: &'static str| {
+        let contender = contender.clone();
+        tokio::spawn(async move {
+            // The wait budget carries the contender through the failover's errors (retried
+            // with backoff); a grant the replicas did not acknowledge (already waited for) is
+            // asked for again.
+            loop {
+                match Lock::new(key)
+                    .on(&contender)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                {
+                    Ok(guard) => return (Instant::now(), guard),
+                    Err(LockError::ReplicasNotAcknowledged { .. }) => continue,
+                    Err(err) => panic!("the contender for {key} failed: {err}"),
+                }
+            }
+        })
+    };
+    let takes_kept = contend("keeps");
+    let takes_lost = contend("loses");
+    let loser_lost = tokio::spawn(async move {
+        let err = loser.lost().await;
+        (Instant::now(), err)
+    });
+
+    let switched = tokio::task::spawn_blocking(move || {
+        let switched = group.kill_primary_and_wait_failover();
+        (group, switched)
+    });
+    let (group, switched) = switched.await.unwrap();
+
+    // The short lease cannot outlive the failover: it is lost, and only then taken.
+    let (lost_at, err) = tokio::time::timeout(Duration::from_secs(20), loser_lost)
+        .await
+        .expect("the short lease was never reported lost")
+        .unwrap();
+    let (taken_at, taken) = tokio::time::timeout(Duration::from_secs(30), takes_lost)
+        .await
+        .expect("the lost lock was never taken")
+        .unwrap();
+    assert!(err.is_lost(), "{err}");
+    assert!(
+        lost_at <= taken_at,
+        "the contender got the lock {:?} before its holder learned it lost it",
+        lost_at - taken_at
+    );
+    taken.release().await.unwrap();
+
+    // The long lease outlives it: renewed on the new primary (its PEXPIRE seen there), still
+    // held, still exclusive.
+    let lock = common::SingleRedis::lock_key("keeps");
+    let mut renewals = common::watch_key_events(group.primary(), &lock, "Kg").await;
+    tokio::time::timeout(Duration::from_secs(10), renewals.on_message().next())
+        .await
+        .expect("the long lease was renewed on the new primary");
+    assert!(keeper.is_held(), "{:?}", keeper.check());
+    assert!(
+        !takes_kept.is_finished(),
+        "the kept lock was granted to a contender"
+    );
+    let holder = long
+        .inspect("keeps")
+        .await
+        .unwrap()
+        .expect("held on the new primary");
+    assert_eq!(holder.fencing_token, keeper.fencing_token());
+    eprintln!(
+        "SENTINEL holder through a failover: switch after {switched:?}; the 6 s lease was kept \
+         (token {}), the 700 ms lease was lost ({err}) and taken after",
+        keeper.fencing_token()
+    );
+    keeper.release().await.unwrap();
+    let (_, guard) = tokio::time::timeout(Duration::from_secs(10), takes_kept)
+        .await
+        .expect("released, the kept lock goes to its contender")
+        .unwrap();
+    guard.release().await.unwrap();
+    drop(group);
+}
+
+fn tokens(resource: &RedisServer) -> Vec<u64> {
+    let Reply::Array(Some(items)) = resource.command(&["LRANGE", "tokens", "0", "-1"]) else {
+        panic!("LRANGE failed")
+    };
+    items
+        .iter()
+        .map(|item| item.as_str().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// Waits until the sections recorded `count` tokens, woken by the resource server's keyspace
+/// notifications of the list.
+fn wait_for_tokens(resource: &RedisServer, count: usize) {
+    resource.command(&["CONFIG", "SET", "notify-keyspace-events", "Kl"]);
+    let client = redis::Client::open(resource.url()).unwrap();
+    let mut events = client.get_connection().unwrap();
+    let mut pubsub = events.as_pubsub();
+    pubsub.subscribe("__keyspace@0__:tokens").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    while tokens_len(resource) < count {
+        pubsub
+            .get_message()
+            .expect("no section within 30 s: the workers stalled");
+    }
+}
+
+fn tokens_len(resource: &RedisServer) -> usize {
+    match resource.command(&["LLEN", "tokens"]) {
+        Reply::Int(n) => n as usize,
+        other => panic!("LLEN: {other:?}"),
+    }
+}
+
+/// `errorstat_<kind>` of `INFO errorstats`: how often the server answered with that error.
+fn error_count(server: &RedisServer, kind: &str) -> u64 {
+    let info = server.command(&["INFO", "errorstats"]).as_str().unwrap();
+    let prefix = format!("errorstat_{kind}:count=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
