@@ -450,6 +450,64 @@ async fn a_holder_through_a_failover_keeps_its_lock_or_learns_it_lost_it_first()
     drop(group);
 }
 
+/// A switch with the old primary alive (`SENTINEL FAILOVER`: demoted to a replica, its clients
+/// still connected): the backend moves to the new primary, and a waiter subscribed on the old
+/// one is woken by the release on the new one — its backoff (30 s here) is not what wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_with_the_old_primary_alive_moves_locks_and_waiters() {
+    let mut group = SentinelGroup::start(DOWN_AFTER);
+    let holder = Backend::builder(group.sentinel_url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    let waiter = Backend::builder(group.sentinel_url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    // Notifications alone wake it: a missed one shows as a 30 s wait.
+    distlock::__private::raw::set_backoff_floor(&waiter, Duration::from_secs(30));
+    let guard = Lock::new("moved").on(&holder).acquire().await.unwrap();
+    let held_token = guard.fencing_token();
+    let waiting = common::spawn_waiter(&waiter, "moved", Duration::from_secs(60));
+    // The waiter subscribed (on the old primary) and waits.
+    let old_primary = group.primary().port();
+    common::until_subscribers(group.primary(), "moved", 1).await;
+
+    let switched = tokio::task::spawn_blocking(move || {
+        let switched = group.fail_over_and_wait();
+        (group, switched)
+    });
+    let (group, switched) = switched.await.unwrap();
+    assert_ne!(group.primary().port(), old_primary);
+    // The holder's lock was replicated before the switch: still held, released on the new
+    // primary, whose notification reaches the waiter.
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let acquired_at = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter was not woken by the release on the new primary")
+        .unwrap()
+        .unwrap();
+    let woken_after = acquired_at - released_at;
+    let taken = waiter.inspect("moved").await.unwrap();
+    eprintln!(
+        "SENTINEL switch with the old primary alive: switched after {switched:?}; the waiter \
+         got the lock {woken_after:?} after the release on the new primary"
+    );
+    assert!(taken.is_none(), "the waiter released it");
+    // Without the move, the waiter is woken only when the sentinels convert the old primary
+    // (their next INFO of it, 1 s apart here) and kill its pub/sub clients: 2 s in a run with
+    // the move disabled.
+    assert!(
+        woken_after < Duration::from_millis(500),
+        "the waiter stayed subscribed on the old primary: woken {woken_after:?} after the release"
+    );
+    // And the lock works on the new primary, with a newer token.
+    let again = Lock::new("moved").on(&holder).acquire().await.unwrap();
+    assert!(again.fencing_token() > held_token);
+    again.release().await.unwrap();
+}
+
 fn tokens(resource: &RedisServer) -> Vec<u64> {
     let Reply::Array(Some(items)) = resource.command(&["LRANGE", "tokens", "0", "-1"]) else {
         panic!("LRANGE failed")

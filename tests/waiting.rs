@@ -4,10 +4,13 @@
 mod common;
 
 use common::worker::{self, Worker};
-use common::{spawn_waiter, through_proxy, Fixture, InProcess, SingleRedis, PREFIX};
+use common::{
+    spawn_waiter, subscribers, through_proxy, until_subscribers, Fixture, InProcess, SingleRedis,
+    PREFIX,
+};
 use distlock::__private::raw;
 use distlock::{Backend, Lock, LockError};
-use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use distlock_test_support::{FaultProxy, RedisServer};
 use redis::AsyncCommands;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,29 +20,6 @@ use std::time::{Duration, Instant};
 const NO_POLLING: Duration = Duration::from_secs(30);
 /// How long a notified waiter may take, on a loaded CI machine.
 const PROMPT: Duration = Duration::from_secs(5);
-
-fn channel(key: &str) -> String {
-    format!("{}:released", SingleRedis::lock_key(key))
-}
-
-fn subscribers(server: &RedisServer, key: &str) -> i64 {
-    match server.command(&["PUBSUB", "NUMSUB", &channel(key)]) {
-        Reply::Array(Some(items)) => items[1].as_int().unwrap(),
-        other => panic!("PUBSUB NUMSUB: {other:?}"),
-    }
-}
-
-/// Waits (bounded) until `key`'s channel has `n` subscribers on the server.
-async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
-    let deadline = Instant::now() + PROMPT;
-    while subscribers(server, key) != n {
-        assert!(
-            Instant::now() < deadline,
-            "{key} never reached {n} subscribers"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 /// A lock held on one client and a waiter on another that relies on notifications alone (its
 /// backoff sleeps at least `NO_POLLING`), already subscribed.

@@ -415,3 +415,29 @@ pub async fn through_proxy(
         .unwrap();
     (proxy, backend)
 }
+
+/// The release channel of `key` (tests' prefix).
+pub fn channel(key: &str) -> String {
+    format!("{}:released", SingleRedis::lock_key(key))
+}
+
+/// Subscribers of `key`'s release channel on `server` (`PUBSUB NUMSUB`).
+pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
+    match server.command(&["PUBSUB", "NUMSUB", &channel(key)]) {
+        Reply::Array(Some(items)) => items[1].as_int().unwrap(),
+        other => panic!("PUBSUB NUMSUB: {other:?}"),
+    }
+}
+
+/// Waits (at most 5 s) until `key`'s channel has `n` subscribers on `server`. The server
+/// announces no subscription, so this asks every 5 ms.
+pub async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subscribers(server, key) != n {
+        assert!(
+            Instant::now() < deadline,
+            "{key} never reached {n} subscribers"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -245,6 +245,39 @@ impl SentinelGroup {
             "kill_primary_and_wait_failover: no replica is running, so the sentinels have \
              nothing to promote"
         );
+        self.switch_after("killing the primary", |group| group.primary_mut().kill())
+    }
+
+    /// Asks a sentinel for a failover with the primary alive (`SENTINEL
+    /// FAILOVER`): a replica is promoted and the old primary demoted to a
+    /// replica of it, its clients still connected. Waits and swaps the roles
+    /// as [`SentinelGroup::kill_primary_and_wait_failover`] does, and returns
+    /// the time from the request to the first `+switch-master`.
+    ///
+    /// # Panics
+    ///
+    /// If the sentinel refuses, or the switch does not complete within 30 s.
+    pub fn fail_over_and_wait(&mut self) -> Duration {
+        self.switch_after("asking for a failover", |group| {
+            let sentinel = &group.sentinels[0];
+            let reply = command_at(
+                sentinel.addr(),
+                &["SENTINEL", "FAILOVER", MASTER_NAME],
+                COMMAND_TIMEOUT,
+            );
+            assert!(
+                matches!(reply, Ok(Reply::Simple(ref ok)) if ok == "OK"),
+                "sentinel on port {}: SENTINEL FAILOVER answered {reply:?}",
+                sentinel.port
+            );
+        })
+    }
+
+    /// Runs `cause`, then waits until every sentinel announced a new primary
+    /// and that server logged its promotion; swaps the roles. Returns the time
+    /// from `cause` to the first announcement.
+    fn switch_after(&mut self, what: &str, cause: impl FnOnce(&mut Self)) -> Duration {
+        let old = self.primary().port();
         // A sentinel logs this line again for a later failover between the
         // same two servers: only lines after these marks count.
         let marks: Vec<usize> = self
@@ -256,11 +289,11 @@ impl SentinelGroup {
         let switched = format!("+switch-master {MASTER_NAME} 127.0.0.1 {old} 127.0.0.1 ");
 
         let killed_at = Instant::now();
-        self.primary_mut().kill();
+        cause(self);
         let deadline = killed_at + FAILOVER_DEADLINE;
         let Some(switched_at) = self.first_to_log(&switched, &marks, deadline) else {
             panic!(
-                "no sentinel logged {switched:?} within {FAILOVER_DEADLINE:?} of killing the primary; \
+                "no sentinel logged {switched:?} within {FAILOVER_DEADLINE:?} of {what}; \
                  replica log:\n{}\n{}",
                 tail(&self.replica().log()),
                 self.sentinel_tails()
