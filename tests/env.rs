@@ -2,7 +2,8 @@
 //! the environment is process-wide, and the registry builds "default" once.
 
 use distlock::{Lock, LockError, Registry};
-use distlock_test_support::RedisServer;
+use distlock_test_support::SentinelGroup;
+use std::time::Duration;
 
 fn default_backend_error() -> String {
     Registry::global().get("default").unwrap_err().to_string()
@@ -14,6 +15,8 @@ async fn the_default_backend_comes_from_the_environment() {
         distlock::ENV_URL,
         distlock::ENV_WATCHDOG_TIMEOUT,
         distlock::ENV_PREFIX,
+        distlock::ENV_MIN_REPLICAS,
+        distlock::ENV_REPLICA_TIMEOUT,
     ] {
         std::env::remove_var(var);
     }
@@ -47,10 +50,51 @@ async fn the_default_backend_comes_from_the_environment() {
     std::env::set_var("DISTLOCK_WATCHDOG_TIMEOUT", "1s");
     std::env::set_var("DISTLOCK_PREFIX", "bad{prefix}");
     assert!(default_backend_error().contains("DISTLOCK_PREFIX is `bad{prefix}`"));
+    std::env::remove_var("DISTLOCK_PREFIX");
 
-    let server = RedisServer::start();
-    std::env::set_var("DISTLOCK_URL", server.url());
+    std::env::set_var("DISTLOCK_MIN_REPLICAS", "two");
+    let err = default_backend_error();
+    assert!(
+        err.contains("DISTLOCK_MIN_REPLICAS is `two`; it must be a whole number"),
+        "{err}"
+    );
+    std::env::set_var("DISTLOCK_MIN_REPLICAS", "1");
+    let err = default_backend_error();
+    assert!(
+        err.contains("DISTLOCK_MIN_REPLICAS is 1 for the in-process backend"),
+        "{err}"
+    );
+    std::env::set_var("DISTLOCK_REPLICA_TIMEOUT", "soon");
+    let err = default_backend_error();
+    assert!(
+        err.contains("DISTLOCK_REPLICA_TIMEOUT is `soon`, which is not a duration"),
+        "{err}"
+    );
+    std::env::remove_var("DISTLOCK_MIN_REPLICAS");
+    std::env::set_var("DISTLOCK_REPLICA_TIMEOUT", "200ms");
+    let err = default_backend_error();
+    assert!(
+        err.contains("DISTLOCK_REPLICA_TIMEOUT is set (200ms) but min_replicas is 0"),
+        "{err}"
+    );
+    std::env::remove_var("DISTLOCK_REPLICA_TIMEOUT");
+    std::env::set_var(
+        "DISTLOCK_URL",
+        "redis-sentinel://:hunter2@127.0.0.1:1/primary?db=x",
+    );
+    let err = default_backend_error();
+    assert!(
+        err.contains("DISTLOCK_URL `redis-sentinel://:***@"),
+        "{err}"
+    );
+    assert!(err.contains("gives `db=x`"), "{err}");
+
+    // A Sentinel group from the environment, every grant acknowledged by the replica.
+    let group = SentinelGroup::start(Duration::from_secs(5));
+    std::env::set_var("DISTLOCK_URL", group.sentinel_url());
+    std::env::set_var("DISTLOCK_MIN_REPLICAS", "1");
     std::env::set_var("DISTLOCK_PREFIX", "from-env");
+    let server = group.primary();
     let backend = Registry::global().get("default").unwrap();
     assert_eq!((backend.name(), backend.prefix()), ("default", "from-env"));
     assert_eq!(
@@ -65,6 +109,11 @@ async fn the_default_backend_comes_from_the_environment() {
     assert!(
         (1..=1000).contains(&ttl),
         "the 1s watchdog lease is on the server: {ttl}"
+    );
+    assert!(
+        group.replica().command(&["EXISTS", "from-env:{order:1}"])
+            == distlock_test_support::Reply::Int(1),
+        "the grant was acknowledged by the replica before the call returned"
     );
     guard.release().await.unwrap();
 }

@@ -508,6 +508,124 @@ async fn a_switch_with_the_old_primary_alive_moves_locks_and_waiters() {
     again.release().await.unwrap();
 }
 
+/// A switch whose announcement never reached the backend: the demoted primary's sentinels
+/// kill its clients (or, on a connection that survives, it answers `READONLY`), and the backend
+/// asks the sentinels again and goes on on the new primary within the same call — it never
+/// writes to the demoted server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_switch_is_caught_by_the_demoted_primarys_refusal() {
+    let mut group = SentinelGroup::start(DOWN_AFTER);
+    let backend = Backend::builder(group.sentinel_url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    distlock::__private::raw::ignore_switch_announcements(&backend);
+    let before = Lock::new("demoted").on(&backend).acquire().await.unwrap();
+    before.release().await.unwrap();
+    let old_primary = group.primary().port();
+    let switched = tokio::task::spawn_blocking(move || {
+        let switched = group.fail_over_and_wait();
+        (group, switched)
+    });
+    let (group, switched) = switched.await.unwrap();
+    // The old primary is demoted once the sentinels reconfigure it (their next INFO of it).
+    let old = group.replica();
+    assert_eq!(old.port(), old_primary);
+    old.wait_for_log("MASTER <-> REPLICA sync: Finished with success");
+
+    // The first write goes to the demoted server's connection, fails, and is sent again to the
+    // new primary within the same call (the wait budget carries it).
+    let started = Instant::now();
+    let guard = Lock::new("demoted")
+        .on(&backend)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let lock = common::SingleRedis::lock_key("demoted");
+    assert!(
+        read_cell(group.primary(), &lock).is_held(),
+        "the lock is on the new primary"
+    );
+    let readonly = error_count(old, "READONLY");
+    eprintln!(
+        "SENTINEL missed switch: switched after {switched:?}; the next acquire met {readonly} \
+         READONLY and was granted on the new primary after {took:?}"
+    );
+    assert_eq!(
+        old.command(&["EXISTS", &lock]),
+        Reply::Int(1),
+        "replicated from the new primary"
+    );
+    guard.release().await.unwrap();
+}
+
+/// Every replica and Sentinel setting that cannot work is refused by `build`, naming itself and
+/// what to do — nothing is silently ignored.
+#[test]
+fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
+    let refused = |builder: distlock::BackendBuilder| builder.build().unwrap_err().to_string();
+    let masters = ["redis://a:1", "redis://b:1", "redis://c:1"];
+    let err = refused(Backend::redlock(masters).min_replicas(1));
+    assert!(err.contains("min_replicas is 1 for Redlock"), "{err}");
+    let err = refused(Backend::builder("memory://").min_replicas(2));
+    assert!(
+        err.contains("min_replicas is 2 for the in-process backend"),
+        "{err}"
+    );
+    let err = refused(Backend::builder("redis://a:1").replica_timeout(REPLICA_TIMEOUT));
+    assert!(
+        err.contains("replica_timeout is set (200ms) but min_replicas is 0"),
+        "{err}"
+    );
+    let err = refused(
+        Backend::builder("redis://a:1")
+            .min_replicas(1)
+            .replica_timeout(Duration::from_millis(500)),
+    );
+    assert!(
+        err.contains(
+            "replica_timeout is 500ms; it must be at least 1ms, less than response_timeout (500ms)"
+        ),
+        "{err}"
+    );
+    let err =
+        refused(Backend::builder("redis-sentinel://a:1/primary").tls_ca_pem(b"not used".to_vec()));
+    assert!(err.contains("TLS to sentinels"), "{err}");
+    for (url, problem) in [
+        ("redis-sentinel://a:1", "names no master"),
+        (
+            "redis-sentinel://a:1/primary?timeout=1",
+            "unknown setting `timeout`",
+        ),
+        (
+            "redis-sentinel://u:hunter2@a:1/primary?sentinel_password=hunter3&db=x",
+            "gives `db=x`",
+        ),
+    ] {
+        let err = refused(Backend::builder(url));
+        assert!(err.contains(problem), "{url}: {err}");
+        assert!(!err.contains("hunter"), "a password leaked: {err}");
+    }
+    let err = refused(Backend::redlock([
+        "redis://a:1",
+        "redis-sentinel://b:1/primary",
+        "redis://c:1",
+    ]));
+    assert!(err.contains("is not a Redis URL"), "{err}");
+    // A replica-acknowledged primary at a plain address, and the defaults, build.
+    Backend::builder("redis://a:1")
+        .min_replicas(1)
+        .build()
+        .unwrap();
+    Backend::builder("redis-sentinel://a,b:26380/primary?db=2")
+        .min_replicas(2)
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+}
+
 fn tokens(resource: &RedisServer) -> Vec<u64> {
     let Reply::Array(Some(items)) = resource.command(&["LRANGE", "tokens", "0", "-1"]) else {
         panic!("LRANGE failed")

@@ -179,6 +179,16 @@ pub mod raw {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.confirm_delay = delay);
     }
 
+    /// Test hook: Sentinel `+switch-master` announcements are ignored, as if the sentinel
+    /// connection had missed them; a demoted primary's `READONLY` reply is then what makes the
+    /// backend ask the sentinels again.
+    #[cfg(feature = "__test-hooks")]
+    pub fn ignore_switch_announcements(backend: &Backend) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.ignore_switch_announcements = true
+        });
+    }
+
     /// Test hook: how long the waiters a release notifies have the lock before anyone else.
     #[cfg(feature = "__test-hooks")]
     pub fn set_handoff_window(backend: &Backend, window: Duration) {

@@ -367,7 +367,9 @@ impl BackendBuilder {
             return Err(LockError::invalid_config(
                 "min_replicas",
                 format!(
-                    "is {} for Redlock; its masters are independent servers, each a vote, and                      replica acknowledgement applies to one primary with replicas                      (redis:// or redis-sentinel://). Set it to 0, or use one replicated primary",
+                    "is {} for Redlock; its masters are independent servers, each a vote, and \
+                     replica acknowledgement applies to one primary with replicas \
+                     (redis:// or redis-sentinel://). Set it to 0, or use one replicated primary",
                     self.min_replicas
                 ),
             ));
@@ -399,7 +401,8 @@ impl BackendBuilder {
                 return Err(LockError::invalid_config(
                     "min_replicas",
                     format!(
-                        "is {} for the in-process backend (memory://), which has no replicas;                          set it to 0",
+                        "is {} for the in-process backend (memory://), which has no replicas; \
+                         set it to 0",
                         self.min_replicas
                     ),
                 ))
@@ -411,7 +414,9 @@ impl BackendBuilder {
             Some("redis-sentinel") if self.tls.ca.is_some() || self.tls.client.is_some() => {
                 return Err(LockError::invalid_config(
                     "tls",
-                    "certificates are configured for a redis-sentinel:// URL; TLS to sentinels                      and the primary they name is not supported yet. Drop the TLS settings, or                      point rediss:// at the primary's stable address",
+                    "certificates are configured for a redis-sentinel:// URL; TLS to sentinels \
+                     and the primary they name is not supported yet. Drop the TLS settings, or \
+                     point rediss:// at the primary's stable address",
                 ))
             }
             Some("redis-sentinel") => (
@@ -461,7 +466,8 @@ impl BackendBuilder {
                 Some(timeout) => Err(LockError::invalid_config(
                     "replica_timeout",
                     format!(
-                        "is set ({}) but min_replicas is 0, so nothing waits for replicas; set                          min_replicas too, or drop replica_timeout",
+                        "is set ({}) but min_replicas is 0, so nothing waits for replicas; set \
+                         min_replicas too, or drop replica_timeout",
                         humantime::format_duration(timeout)
                     ),
                 )),
@@ -601,6 +607,7 @@ fn masters(url: &str) -> Vec<String> {
             "rediss://",
             "unix://",
             "redis+unix://",
+            "redis-sentinel://",
             "memory://",
         ]
         .iter()

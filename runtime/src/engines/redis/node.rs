@@ -183,12 +183,7 @@ impl Node {
         if !matches!(self.target, Target::Sentinel(_)) {
             return;
         }
-        let moved = err.is_io_error()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || err.is_timeout()
-            || err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-        if !moved {
+        if !primary_may_have_moved(err) {
             return;
         }
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
@@ -396,7 +391,8 @@ impl Node {
                 (Ok(Acquired::Yes { .. }), Err(failure)) => Err(EngineFailure {
                     ambiguous: true,
                     source: format!(
-                        "{acknowledged} of {} replicas acknowledged the lock, and releasing it                          failed: {}",
+                        "{acknowledged} of {} replicas acknowledged the lock, and releasing it \
+                         failed: {}",
                         ack.replicas, failure.source
                     )
                     .into(),
@@ -591,6 +587,16 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
     );
 }
 
+/// Whether `err` may mean the server is no longer the primary: it is unreachable, dropped the
+/// connection, did not answer, or refused a write as a replica (`READONLY`, a demoted primary).
+fn primary_may_have_moved(err: &redis::RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+}
+
 /// Sends `script`, followed by `WAIT` when `ack` is set, in one round trip.
 async fn send(
     manager: &mut ConnectionManager,
@@ -635,4 +641,26 @@ fn ownership(code: i64) -> Ownership {
 
 fn millis(duration: Duration) -> Vec<u8> {
     duration.as_millis().max(1).to_string().into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_demoted_or_unreachable_server_is_asked_about_again() {
+        let readonly = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        assert!(primary_may_have_moved(&readonly));
+        let dropped =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(primary_may_have_moved(&dropped));
+        let noperm = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "no permission",
+        ));
+        assert!(!primary_may_have_moved(&noperm));
+    }
 }

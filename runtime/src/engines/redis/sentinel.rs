@@ -11,6 +11,7 @@
 
 use super::timeouts::Timeouts;
 use crate::error::LockError;
+use crate::hooks::{self, SharedHooks};
 use crate::redact::redact_url;
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -197,10 +198,15 @@ pub(crate) struct SentinelTarget {
     on_switch: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
     /// Cleared when the announcement listener ends (its runtime shut down, say).
     listening: Mutex<Option<Arc<AtomicBool>>>,
+    hooks: SharedHooks,
 }
 
 impl SentinelTarget {
-    pub(crate) fn open(spec: SentinelSpec, timeouts: Timeouts) -> Result<Arc<Self>, LockError> {
+    pub(crate) fn open(
+        spec: SentinelSpec,
+        timeouts: Timeouts,
+        hooks: SharedHooks,
+    ) -> Result<Arc<Self>, LockError> {
         let client = spec.client().map_err(|err| {
             LockError::invalid_config("url", format!("{}: {err}", spec.describe()))
         })?;
@@ -211,6 +217,7 @@ impl SentinelTarget {
             generation: AtomicU64::new(0),
             on_switch: Mutex::default(),
             listening: Mutex::default(),
+            hooks,
         }))
     }
 
@@ -309,6 +316,9 @@ async fn listen(target: Weak<SentinelTarget>) {
                     let Some(target) = target.upgrade() else {
                         return;
                     };
+                    if hooks::read(&target.hooks).ignore_switch_announcements {
+                        continue;
+                    }
                     tracing::info!(
                         target: "distlock::sentinel",
                         master = %master_name,

@@ -49,7 +49,8 @@ pub(crate) struct RedisEngine {
 impl RedisEngine {
     pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
         let (node, sentinel) = if config.url.starts_with("redis-sentinel://") {
-            let target = SentinelTarget::open(SentinelSpec::parse(config.url)?, config.timeouts)?;
+            let spec = SentinelSpec::parse(config.url)?;
+            let target = SentinelTarget::open(spec, config.timeouts, config.hooks.clone())?;
             let node = Node::sentinel(target.clone(), config.timeouts, config.prefix);
             (node, Some(target))
         } else {
