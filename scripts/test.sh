@@ -3,8 +3,9 @@
 #
 # The tests start their own redis-server processes (own ports, own temp dirs) and stop them by
 # PID; they never use a server that happens to be running. This script only makes sure the
-# binaries they run exist, installing the missing ones with apt-get: redis-server, and openssl
-# (the TLS tests make their certificates with it).
+# binaries they run exist, installing the missing ones with apt-get: redis-server (which is also
+# the sentinel: the Sentinel tests run `redis-server <conf> --sentinel`), and openssl (the TLS
+# tests make their certificates with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
