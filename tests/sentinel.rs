@@ -273,6 +273,13 @@ async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
         "WAIT returned once the replica had the grant"
     );
     guard.release().await.unwrap();
+    // The doctor sees that one replica is all there is: a failover would leave none.
+    let findings = backend.doctor().await.unwrap();
+    assert!(
+        findings.iter().any(|finding| finding.check == "replicas"
+            && finding.advice.contains("exactly 1 replica(s) are online")),
+        "{findings:?}"
+    );
 
     replica.pause();
     let started = Instant::now();

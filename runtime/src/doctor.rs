@@ -7,8 +7,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
-    /// Short, stable name: `"eviction"`, `"persistence"`, `"replica-lag"`, `"unchecked"`, and
-    /// for Redlock `"unreachable"` (a master that did not answer).
+    /// Short, stable name: `"eviction"`, `"persistence"`, `"replica-lag"`, `"replicas"` (fewer
+    /// online than `min_replicas` needs), `"unchecked"`, and for Redlock `"unreachable"` (a
+    /// master that did not answer).
     pub check: &'static str,
     /// What is wrong, why it matters for locks, and what to do.
     pub advice: String,
@@ -23,12 +24,14 @@ impl fmt::Display for Finding {
 /// Replica lag (seconds since the last ack) above which the doctor warns.
 pub(crate) const MAX_REPLICA_LAG_SECONDS: i64 = 1;
 
-/// Judges the server facts the Redis backend collected.
+/// Judges the server facts the Redis backend collected; `min_replicas` is the backend's setting
+/// (0: off).
 pub(crate) fn judge(
     maxmemory_policy: Option<&str>,
     appendonly: Option<&str>,
     save: Option<&str>,
     replication: &str,
+    min_replicas: u32,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
     match maxmemory_policy {
@@ -53,6 +56,7 @@ pub(crate) fn judge(
         (Some(_), Some(_)) => {}
         _ => findings.push(unchecked("appendonly/save")),
     }
+    let mut online = 0u32;
     for line in replication.lines() {
         // slave0:ip=127.0.0.1,port=6380,state=online,offset=123,lag=0
         let Some(fields) = line
@@ -61,6 +65,7 @@ pub(crate) fn judge(
         else {
             continue;
         };
+        online += u32::from(fields.1.split(',').any(|field| field == "state=online"));
         let lag = fields
             .1
             .split(',')
@@ -71,11 +76,31 @@ pub(crate) fn judge(
                 check: "replica-lag",
                 advice: format!(
                     "replica {} last acknowledged {lag}s ago: a failover now would lose recent \
-                     locks; wait for replicas after acquiring (a later feature) or fix the replica",
+                     locks; fix the replica, and set min_replicas so grants wait for replicas",
                     fields.1.split(',').take(2).collect::<Vec<_>>().join(",")
                 ),
             });
         }
+    }
+    if min_replicas > 0 && online < min_replicas {
+        findings.push(Finding {
+            check: "replicas",
+            advice: format!(
+                "min_replicas is {min_replicas} but the primary has {online} replica(s) online: \
+                 every acquire fails with ReplicasNotAcknowledged; bring replicas back or lower \
+                 min_replicas"
+            ),
+        });
+    } else if min_replicas > 0 && online == min_replicas {
+        findings.push(Finding {
+            check: "replicas",
+            advice: format!(
+                "min_replicas is {min_replicas} and exactly {online} replica(s) are online: after \
+                 a failover the promoted one has {} left, and acquires fail until another \
+                 replica follows it; run min_replicas + 1 replicas",
+                online - 1
+            ),
+        });
     }
     findings
 }
@@ -100,7 +125,8 @@ mod tests {
             Some("noeviction"),
             Some("yes"),
             Some(""),
-            "role:master\r\nconnected_slaves:0\r\n"
+            "role:master\r\nconnected_slaves:0\r\n",
+            0
         )
         .is_empty());
     }
@@ -109,11 +135,22 @@ mod tests {
     fn each_weakness_is_named() {
         let replication =
             "role:master\r\nslave0:ip=10.0.0.2,port=6380,state=online,offset=9,lag=7\r\n";
-        let findings = judge(Some("allkeys-lru"), Some("no"), Some(""), replication);
+        let findings = judge(Some("allkeys-lru"), Some("no"), Some(""), replication, 2);
         let checks: Vec<_> = findings.iter().map(|finding| finding.check).collect();
-        assert_eq!(checks, ["eviction", "persistence", "replica-lag"]);
+        assert_eq!(
+            checks,
+            ["eviction", "persistence", "replica-lag", "replicas"]
+        );
         assert!(findings[0].advice.contains("`allkeys-lru`"));
         assert!(findings[2].advice.contains("7s ago"));
-        assert_eq!(judge(None, None, None, "")[0].check, "unchecked");
+        assert!(findings[3]
+            .advice
+            .contains("min_replicas is 2 but the primary has 1 replica(s) online"));
+        let exact = judge(Some("noeviction"), Some("yes"), Some(""), replication, 1);
+        assert!(
+            exact[1].advice.contains("run min_replicas + 1 replicas"),
+            "{exact:?}"
+        );
+        assert_eq!(judge(None, None, None, "", 0)[0].check, "unchecked");
     }
 }

@@ -548,6 +548,7 @@ impl Node {
             settings[1].as_deref(),
             settings[2].as_deref(),
             &replication,
+            self.replica_ack.map_or(0, |ack| ack.replicas),
         ))
     }
 
