@@ -27,6 +27,9 @@ WORKLOADS:
     redlock      Redlock over --masters servers of their own: distlock's Redlock engine beside
                  rslock's and redlock's multi-server modes, sequential and --contenders tasks on
                  one key: cycles/s, critical sections/s, fairness, timeouts
+    replicated   a primary with one replica of their own: distlock with min_replicas(1) (every
+                 grant acknowledged by the replica, WAIT in the same round trip) beside itself
+                 without and the peers (which do not wait): cycles/s, p50, the price of WAIT
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -64,16 +67,18 @@ pub(crate) enum Workload {
     Held,
     Attribute,
     Redlock,
+    Replicated,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 6] = [
+    pub(crate) const ALL: [Workload; 7] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
         Workload::Held,
         Workload::Attribute,
         Workload::Redlock,
+        Workload::Replicated,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -84,6 +89,7 @@ impl Workload {
             Workload::Held => "held",
             Workload::Attribute => "attribute",
             Workload::Redlock => "redlock",
+            Workload::Replicated => "replicated",
         }
     }
 }

@@ -94,6 +94,18 @@ impl Client {
         Ok(Client { lib, inner })
     }
 
+    /// distlock on a backend built by the caller (a setting the other libraries lack), with the
+    /// watchdog lease.
+    pub(crate) fn distlock(backend: Backend) -> Client {
+        Client {
+            lib: LibId::Distlock,
+            inner: Inner::Distlock {
+                backend,
+                lease: Lease::Watchdog,
+            },
+        }
+    }
+
     /// redlock's API blocks the calling thread (and opens a TCP connection per command): its
     /// workers run on threads of their own, never on the shared runtime.
     pub(crate) fn is_blocking(&self) -> bool {

@@ -5,8 +5,8 @@ use crate::calibrate::{calibrate, Origins, Shape};
 use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
-use crate::workloads::{attribute, contended, held, redlock, uncontended};
-use distlock_test_support::RedisServer;
+use crate::workloads::{attribute, contended, held, redlock, replicated, uncontended};
+use distlock_test_support::{RedisServer, ServerConfig};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use std::time::Duration;
 pub(crate) type Outcome = Result<Map<String, Value>, String>;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 8] = [
+pub(crate) const SECTIONS: [&str; 9] = [
     "sequential",
     "parallel",
     "contended",
@@ -25,6 +25,7 @@ pub(crate) const SECTIONS: [&str; 8] = [
     "attribute",
     "redlock_sequential",
     "redlock_contended",
+    "replicated",
 ];
 
 /// Everything measured, before aggregation.
@@ -70,6 +71,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
 
     // The Redlock workload's masters, started once (at its first repetition) for the whole run.
     let mut masters: Vec<RedisServer> = Vec::new();
+    // The replicated workload's primary and replica, likewise.
+    let mut replicated_pair: Vec<RedisServer> = Vec::new();
     let mut measured = Measured {
         redis_version,
         floors: Vec::new(),
@@ -136,6 +139,23 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                         config.duration,
                         config.contenders,
                         config.critical_section,
+                        rep,
+                    )
+                    .await
+                }
+                Workload::Replicated => {
+                    if replicated_pair.is_empty() {
+                        let primary = RedisServer::start();
+                        let replica =
+                            RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
+                        replica.wait_for_replica_sync();
+                        primary.wait_for_replicas(1);
+                        replicated_pair = vec![primary, replica];
+                    }
+                    replicated::run(
+                        &config.libs,
+                        &replicated_pair[0].url(),
+                        config.duration,
                         rep,
                     )
                     .await

@@ -101,6 +101,9 @@ impl LockGuard {
 
     /// Stops renewal and releases every key. A key that had expired or was taken over is reported
     /// (a tracing warning and the backend's stats) and in the returned value, not as an error.
+    /// A key whose release the server did not confirm (unreachable, a failover under way) is the
+    /// returned error, and its release goes on in the background, with backoff, until its lease
+    /// would have expired anyway.
     ///
     /// # Cancel safety
     /// Dropping this future before it completes, even with a release in flight, finishes the

@@ -3,6 +3,11 @@
 //! same release finished in the background, so a lock outlives its caller by one round trip, not
 //! by a TTL.
 //!
+//! A release the server could not confirm (the server unreachable, a failover under way) is not
+//! given up after a few quick tries: it goes on in the background, with backoff, until the lease
+//! would have expired anyway — so a lock released during a failover is freed on the new primary
+//! as soon as it is named, rather than held there for the rest of its TTL.
+//!
 //! Each key's local turn passes on as soon as the key's release request is on its way: the next
 //! local waiter's acquire follows it on the same ordered connection, so the server runs the
 //! release first and the waiter finds the key free — one round trip after the release, not two.
@@ -14,11 +19,13 @@ use crate::error::LockError;
 use crate::lease::HeldLease;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
+use crate::wait::Backoff;
 use futures_util::FutureExt;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 use tracing::Instrument;
 
 /// What a release found.
@@ -35,7 +42,8 @@ pub enum Released {
 
 /// Releases every lease in order (the caller has already taken them out of the watchdog).
 /// A key that had expired or was taken over is reported in the result and in the stats, not as
-/// an error; the first failure is returned after every key was tried.
+/// an error; the first failure is returned after every key was tried, and the keys that failed
+/// go on being released in the background until their leases would have expired.
 ///
 /// # Cancel safety
 /// Dropping this future at any point hands the keys not yet confirmed released — including the
@@ -65,6 +73,8 @@ pub(crate) async fn release_all(
             Ok(Released::Released) => {}
             Ok(other) => worst = other,
             Err(err) => {
+                // Its request may have run (a lost reply): the retries count "gone" as released.
+                release_in_background(backend.clone(), [lease].into(), true);
                 first_error.get_or_insert(err);
             }
         }
@@ -155,16 +165,38 @@ struct Abandoned {
 }
 
 impl Abandoned {
-    /// Releases the keys in order, each key's turn passing on once the server has seen it.
+    /// Releases the keys in order, each key's turn passing on once the server has seen it. A key
+    /// whose release fails is tried again after a backoff (capped at the backend's
+    /// `max_backoff`) until its lease would have expired: the server may be back (a new primary
+    /// named) long before the TTL ends.
     async fn finish(mut self, front_sent: bool) {
         let mut maybe_released = front_sent;
         while let Some(lease) = self.leases.front() {
-            if let Err(err) = release_one(&self.backend, lease, maybe_released).await {
-                tracing::warn!(
+            let mut backoff = Backoff::new(self.backend.inner.settings.max_backoff);
+            loop {
+                let Err(err) = release_one(&self.backend, lease, maybe_released).await else {
+                    break;
+                };
+                // A failed round trip may have run: from now on "gone" means released.
+                maybe_released = true;
+                let left = lease
+                    .valid_until()
+                    .saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        target: "distlock::release",
+                        error = %err,
+                        "background release failed until the lease ran out; the lock expires \
+                         by its TTL"
+                    );
+                    break;
+                }
+                tracing::debug!(
                     target: "distlock::release",
                     error = %err,
-                    "background release failed; the lock expires by its TTL"
+                    "background release failed; trying again until the lease would have expired"
                 );
+                tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
             }
             maybe_released = false;
             let lease = self

@@ -1,7 +1,8 @@
-//! The six workloads; each file measures one and returns its numbers as a JSON object.
+//! The seven workloads; each file measures one and returns its numbers as a JSON object.
 
 pub(crate) mod attribute;
 pub(crate) mod contended;
 pub(crate) mod held;
 pub(crate) mod redlock;
+pub(crate) mod replicated;
 pub(crate) mod uncontended;

@@ -67,7 +67,7 @@ async fn connect_warm(lib: LibId, masters: &str, tag: &str) -> Result<Arc<Client
 }
 
 /// One task, acquire + release of fresh keys for `duration`.
-async fn cycles(client: &Arc<Client>, duration: Duration, tag: &str) -> Outcome {
+pub(crate) async fn cycles(client: &Arc<Client>, duration: Duration, tag: &str) -> Outcome {
     let start = Instant::now();
     let deadline = start + duration;
     let mut latencies = Vec::with_capacity(1 << 12);
@@ -95,7 +95,7 @@ async fn cycles(client: &Arc<Client>, duration: Duration, tag: &str) -> Outcome 
 }
 
 /// Adds `ratio_to_rslock` of `key` to every row, against rslock's row of the same repetition.
-fn relate_to_rslock(rows: &mut [(LibId, Outcome)], key: &str) {
+pub(crate) fn relate_to_rslock(rows: &mut [(LibId, Outcome)], key: &str) {
     let rslock = rows
         .iter()
         .find(|(lib, _)| *lib == LibId::Rslock)
