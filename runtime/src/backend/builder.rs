@@ -53,6 +53,39 @@ impl Backend {
         BackendBuilder::new("memory://".into())
     }
 
+    /// A builder for the primary a Sentinel group names as `master_name`, followed across
+    /// failovers: the same as [`Backend::builder`] with
+    /// `redis-sentinel://host:port,…/master_name` (what `DISTLOCK_URL` takes; use that form for
+    /// credentials and a database number).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let backend = distlock::Backend::sentinel(
+    ///     ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
+    ///     "orders",
+    /// )
+    /// .min_replicas(1)
+    /// .replica_timeout(Duration::from_millis(200))
+    /// .build()
+    /// .expect("three sentinels");
+    /// # let _ = backend;
+    /// ```
+    pub fn sentinel<I, S>(sentinels: I, master_name: &str) -> BackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let sentinels: Vec<String> = sentinels
+            .into_iter()
+            .map(|sentinel| sentinel.as_ref().to_owned())
+            .collect();
+        BackendBuilder::new(format!(
+            "redis-sentinel://{}/{master_name}",
+            sentinels.join(",")
+        ))
+    }
+
     /// A builder for Redlock over independent Redis masters, each a full `redis://` or
     /// `rediss://` URL with its own credentials: at least 3, an odd number (3 or 5) being the
     /// useful sizes. The same as [`Backend::builder`] with the URLs joined by commas (what

@@ -303,6 +303,14 @@ impl Node {
     /// `acquire.lua` for a batch of locks (already prefixed): one answer per lock. A lock whose
     /// key holds a value distlock did not write is answered with its own error; the others are
     /// unaffected.
+    ///
+    /// With [`ReplicaAck`], the script is followed by `WAIT` in the same round trip, and grants
+    /// the replicas did not acknowledge are released again before the answer
+    /// ([`Acquired::Unreplicated`]).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a dropped call may have taken its locks; the callers release
+    /// them with the owner tokens they keep (`acquire.rs`, `batches.rs`).
     pub(crate) async fn acquire_many(
         &self,
         items: &[LockCall],
@@ -362,6 +370,10 @@ impl Node {
     /// could hand them to someone else) and answered [`Acquired::Unreplicated`]. A grant whose
     /// release fails is answered with that failure, ambiguous: the caller's cleanup releases it
     /// again with the same owner.
+    ///
+    /// # Cancel safety
+    /// Dropped before the release answered, the grants may still be held: the caller's acquire
+    /// is still in flight then (`acquire.rs`), and its cleanup releases them with the same owner.
     async fn take_back_unreplicated(
         &self,
         items: &[LockCall],
