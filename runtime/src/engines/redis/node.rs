@@ -77,8 +77,9 @@ enum Target {
 #[derive(Clone)]
 struct Bound {
     manager: ConnectionManager,
-    /// The server's client, for connections of other kinds (pub/sub).
-    client: redis::Client,
+    /// The server's client, for connections of other kinds (pub/sub); shared, so that taking
+    /// the connection for a call allocates nothing.
+    client: Arc<redis::Client>,
     alive: Arc<AtomicBool>,
     /// The Sentinel generation the server was named in (0 for a fixed server).
     generation: u64,
@@ -134,7 +135,7 @@ impl Node {
     /// Dropping the future abandons the lookup; nothing is left half done.
     pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
         match self.connection().await {
-            Ok(bound) => Ok(bound.client),
+            Ok(bound) => Ok((*bound.client).clone()),
             Err(failure) => Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "no connection",
@@ -214,7 +215,7 @@ impl Node {
         });
         let bound = Bound {
             manager,
-            client,
+            client: Arc::new(client),
             alive,
             generation,
         };
