@@ -1,11 +1,11 @@
 //! One conformance suite, run against every backend: the in-process backend, one real Redis,
 //! Redlock over three real masters, and a Sentinel group (a primary, a replica acknowledging
-//! every grant and renewal, three sentinels) — all started by the harness for each test — must
-//! behave alike.
+//! every grant and renewal, three sentinels), and a Redis Cluster of three masters and three
+//! replicas — all started by the harness for each test — must behave alike.
 
 mod common;
 
-use common::{Fixture, InProcess, Redlock, Sentinel, SingleRedis};
+use common::{Cluster, Fixture, InProcess, Redlock, Sentinel, SingleRedis};
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +35,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Redlock>().await;
+                }
+            )*
+        }
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Cluster>().await;
                 }
             )*
         }

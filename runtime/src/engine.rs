@@ -156,6 +156,12 @@ pub(crate) trait Engine: Send + Sync + 'static {
         0
     }
 
+    /// Renewal round trips sent since the engine was built, where the engine groups renewals
+    /// itself (Redis Cluster: one per master per period); engines that do not answer 0.
+    fn renewal_round_trips(&self) -> u64 {
+        0
+    }
+
     /// `true` when every future of this engine is ready at its first poll (the in-process
     /// map): a release can then run right where a guard is dropped, with no task and no runtime.
     fn answers_at_once(&self) -> bool {

@@ -159,6 +159,12 @@ pub mod raw {
         backend.inner.engine.watched_channels()
     }
 
+    /// Renewal round trips the engine sent, where it groups renewals itself (Redis Cluster: one
+    /// per master holding leases per period); 0 for the others.
+    pub fn renewal_round_trips(backend: &Backend) -> u64 {
+        backend.inner.engine.renewal_round_trips()
+    }
+
     /// Acquires and releases that went to the server in a batch (group commit) rather than on
     /// their own.
     pub fn batched_calls(backend: &Backend) -> u64 {

@@ -7,7 +7,7 @@ pub mod worker;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
-use distlock_test_support::{RedisServer, Reply, SentinelGroup};
+use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup};
 use std::time::{Duration, Instant};
 
 /// A task that waits up to `wait` for `key` on `backend`, releases it at once, and returns when
@@ -321,6 +321,65 @@ impl Fixture for Sentinel {
 
     fn kind(&self) -> &'static str {
         "sentinel"
+    }
+}
+
+/// A Redis Cluster of three masters with one replica each; the backend talks to it through
+/// redis-rs's cluster client.
+pub struct Cluster {
+    pub cluster: RedisCluster,
+    backend: Backend,
+    builder: BackendBuilder,
+}
+
+impl Cluster {
+    /// The node that owns `key`'s lock now.
+    pub fn owner_of(&self, key: &str) -> &RedisServer {
+        self.cluster
+            .node_for_slot(RedisCluster::slot_of(SingleRedis::lock_key(key)))
+    }
+}
+
+impl Fixture for Cluster {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        let cluster = RedisCluster::start(3, 1, Duration::from_secs(2));
+        let builder = configure(Backend::builder(cluster.url()).prefix(PREFIX));
+        Cluster {
+            backend: builder.clone().build().expect("valid cluster settings"),
+            builder,
+            cluster,
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    async fn forget_fence_counter(&self, key: &str) {
+        assert!(
+            forget_marker(self.owner_of(key), &SingleRedis::lock_key(key)),
+            "the released lock left its token marker"
+        );
+    }
+
+    async fn pttl(&self, key: &str) -> Option<Duration> {
+        held_pttl(self.owner_of(key), &SingleRedis::lock_key(key))
+    }
+
+    fn contender(&self) -> Backend {
+        self.builder.clone().build().unwrap()
+    }
+
+    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
+        let mut held = std::collections::BTreeSet::new();
+        for master in self.cluster.masters() {
+            held.extend(held_lock_keys(master));
+        }
+        held.into_iter().collect()
+    }
+
+    fn kind(&self) -> &'static str {
+        "cluster"
     }
 }
 

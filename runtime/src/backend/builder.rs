@@ -3,6 +3,7 @@
 use super::handle::{Backend, Settings, MIN_LEASE};
 use crate::engine::Engine;
 use crate::engines::in_process::InProcessEngine;
+use crate::engines::redis::cluster::{ClusterConfig, ClusterEngine};
 use crate::engines::redis::node::{ReplicaAck, Timeouts};
 use crate::engines::redis::single::{RedisConfig, RedisEngine};
 use crate::engines::redis::tls::{read_pem, TlsFiles};
@@ -444,6 +445,33 @@ impl BackendBuilder {
                 Arc::new(InProcessEngine::new(self.fence_counter_ttl)),
                 "in-process",
             ),
+            Some("redis-cluster") if replica_ack.is_some() => {
+                return Err(LockError::invalid_config(
+                    "min_replicas",
+                    format!(
+                        "is {} for a Redis Cluster; replica acknowledgement is not supported \
+                         there yet. Set it to 0",
+                        self.min_replicas
+                    ),
+                ))
+            }
+            Some("redis-cluster") if self.tls.ca.is_some() || self.tls.client.is_some() => {
+                return Err(LockError::invalid_config(
+                    "tls",
+                    "certificates are configured for a redis-cluster:// URL; TLS to cluster \
+                     nodes is not supported yet. Drop the TLS settings",
+                ))
+            }
+            Some("redis-cluster") => (
+                Arc::new(ClusterEngine::open(ClusterConfig {
+                    url: &self.url,
+                    prefix: &self.prefix,
+                    fence_counter_ttl: self.fence_counter_ttl,
+                    timeouts: self.timeouts,
+                    hooks: hooks.clone(),
+                })?),
+                "cluster",
+            ),
             Some("redis-sentinel") if self.tls.ca.is_some() || self.tls.client.is_some() => {
                 return Err(LockError::invalid_config(
                     "tls",
@@ -482,7 +510,8 @@ impl BackendBuilder {
                     format!(
                         "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
                          unix:///path/to/socket, redis-sentinel://host:port,…/MASTER_NAME, \
-                         memory://, or three or more comma-separated redis:// URLs for Redlock",
+                         redis-cluster://host:port,…, memory://, or three or more \
+                         comma-separated redis:// URLs for Redlock",
                         redact_url(&self.url)
                     ),
                 ))
@@ -641,6 +670,7 @@ fn masters(url: &str) -> Vec<String> {
             "unix://",
             "redis+unix://",
             "redis-sentinel://",
+            "redis-cluster://",
             "memory://",
         ]
         .iter()

@@ -5,7 +5,9 @@
 -- KEYS[i]    lock key i (its layout: acquire.lua); its notification channel is KEYS[i]:released
 -- ARGV[1]    how long the token marker left in a released key lives, in milliseconds
 -- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
--- ARGV[i+2]  owner token of key i
+-- ARGV[3]    the command that announces a release: PUBLISH, or SPUBLISH (sharded pub/sub, on
+--            the node owning the key's slot, in a Redis Cluster)
+-- ARGV[i+3]  owner token of key i
 --
 -- Returns an array, one element per key:
 --   1   released (and, if it was waited on, published on the channel)
@@ -20,7 +22,7 @@ for i, key in ipairs(KEYS) do
   local state = value and string.sub(value, 1, 1)
   if state == 'L' or state == 'W' then
     local space = string.find(value, ' ', 2, true)
-    if not space or string.sub(value, space + 1) ~= ARGV[i + 2] then
+    if not space or string.sub(value, space + 1) ~= ARGV[i + 3] then
       code = -1
     elseif state == 'L' then
       -- The key stays as the token marker, so the next token is larger even if the clock steps
@@ -36,7 +38,7 @@ for i, key in ipairs(KEYS) do
         .. string.format('%.0f', until_ms * 1000), 'PX', ARGV[1])
       code = 1
       -- pcall: a refused PUBLISH must not turn a done release into an error reply.
-      local published = redis.pcall('PUBLISH', key .. ':released', key)
+      local published = redis.pcall(ARGV[3], key .. ':released', key)
       if type(published) == 'table' and published.err then
         code = 2
       end

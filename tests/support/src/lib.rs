@@ -10,6 +10,12 @@
 //!   (`redis-server --sentinel`, same binary) monitoring them as
 //!   [`MASTER_NAME`], and can kill the primary and wait for the sentinels'
 //!   failover to the replica.
+//! * [`RedisCluster`] runs a Redis Cluster (`cluster-enabled` servers joined
+//!   by `redis-cli --cluster create`, from `PATH` or [`REDIS_CLI_ENV`]):
+//!   masters with replicas, each on a port whose cluster bus port (+10000)
+//!   is free too ([`free_cluster_port`]). It can tell which node serves a
+//!   slot, kill a master and wait for its replica to take over, and move a
+//!   slot to another master with the live migration protocol.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -33,6 +39,7 @@
 #![cfg(unix)]
 
 mod client;
+mod cluster;
 mod ports;
 mod process;
 mod proxy;
@@ -42,7 +49,8 @@ mod server;
 mod tls;
 
 pub use client::{command_at, pipeline_at};
-pub use ports::free_port;
+pub use cluster::{RedisCluster, REDIS_CLI_ENV};
+pub use ports::{free_cluster_port, free_port};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
 pub use sentinel::{SentinelGroup, MASTER_NAME};

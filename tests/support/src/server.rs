@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::client::{command_at, pipeline_at};
-use crate::ports::free_port;
+use crate::ports::{free_cluster_port, free_port};
 use crate::process::{Child, Outcome};
 use crate::resp::Reply;
 
@@ -62,6 +62,12 @@ const RESERVED: &[&str] = &[
 /// tests; a master syncs a new replica at once instead of waiting 5 s for
 /// more replicas to batch with. Options added here come after those and so
 /// override the overridable ones.
+///
+/// With `("cluster-enabled", "yes")` the server's port is chosen with
+/// [`free_cluster_port`](crate::free_cluster_port), so that its cluster bus
+/// port (the port plus 10000) is free as well; a relative
+/// `cluster-config-file` (the default is `nodes.conf`) lands in the server's
+/// temp dir, because Redis resolves it against `dir`.
 #[derive(Debug, Clone, Default)]
 pub struct ServerConfig {
     args: Vec<(String, String)>,
@@ -105,6 +111,29 @@ impl ServerConfig {
     pub fn replica_of(mut self, port: u16) -> Self {
         self.replica_of = Some(port);
         self
+    }
+
+    /// Whether the server will be a Redis Cluster node listening on the
+    /// default bus port (its port plus 10000).
+    fn needs_bus_port(&self) -> bool {
+        let set = |option: &str| {
+            self.args
+                .iter()
+                .rev()
+                .find(|(name, _)| name.eq_ignore_ascii_case(option))
+                .map(|(_, value)| value.as_str())
+        };
+        set("cluster-enabled").is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+            && set("cluster-port").is_none_or(|v| v == "0")
+    }
+
+    /// A free port for this server, see [`ServerConfig::needs_bus_port`].
+    fn free_port(&self) -> u16 {
+        if self.needs_bus_port() {
+            free_cluster_port()
+        } else {
+            free_port()
+        }
     }
 
     fn command(&self, port: u16, dir: &Path) -> Command {
@@ -174,7 +203,7 @@ impl RedisServer {
         let dir = make_temp_dir();
         let mut last_output = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            let port = free_port();
+            let port = config.free_port();
             match launch(&config, port, &dir) {
                 Ok(child) => {
                     return RedisServer {
@@ -395,6 +424,44 @@ impl RedisServer {
         self.wait_for_log("MASTER <-> REPLICA sync: Finished with success");
     }
 
+    /// How much the current process has logged so far: a mark for
+    /// [`RedisServer::await_log`], for a line that may be logged more than
+    /// once. A restart starts a new process, and marks with it.
+    pub(crate) fn log_mark(&self) -> usize {
+        self.child.output_len()
+    }
+
+    /// Waits until the current process has logged `needle` after its first
+    /// `mark` bytes of output, and returns the mark just past it. `Err` holds
+    /// a panic message quoting the log's tail, if the process exits first or
+    /// `deadline` passes.
+    pub(crate) fn await_log(
+        &self,
+        needle: &str,
+        mark: usize,
+        deadline: Instant,
+    ) -> Result<usize, String> {
+        match self.child.wait_for_output_after(needle, mark, deadline) {
+            Outcome::Found => {
+                let output = self.child.output();
+                let at = output[mark..]
+                    .find(needle)
+                    .expect("output only grows, so what was found stays");
+                Ok(mark + at + needle.len())
+            }
+            Outcome::Exited(status) => Err(format!(
+                "redis-server on port {} exited ({status}) before logging {needle:?}; log:\n{}",
+                self.port,
+                tail(&self.child.output())
+            )),
+            Outcome::TimedOut => Err(format!(
+                "redis-server on port {} did not log {needle:?} in time; log:\n{}",
+                self.port,
+                tail(&self.child.output())
+            )),
+        }
+    }
+
     /// On a primary: waits until `replicas` replicas acknowledge its writes
     /// (`WAIT`, event-driven on the server). A replica that logged the end
     /// of its initial sync is not streaming yet: the primary starts sending it
@@ -406,14 +473,25 @@ impl RedisServer {
     ///
     /// If fewer replicas acknowledge within 10 s.
     pub fn wait_for_replicas(&self, replicas: usize) {
-        const KEY: &str = "distlock-harness:replicas";
+        self.wait_for_replicas_using("distlock-harness:replicas", replicas);
+    }
+
+    /// [`RedisServer::wait_for_replicas`] writing `key`, which a cluster node
+    /// must own (a redirected write would leave nothing to wait for).
+    pub(crate) fn wait_for_replicas_using(&self, key: &str, replicas: usize) {
         let wanted = replicas.to_string();
         let timeout_ms = COMMAND_TIMEOUT.as_millis().to_string();
         let replies = self.pipeline(&[
-            &["SET", KEY, "1"],
+            &["SET", key, "1"],
             &["WAIT", &wanted, &timeout_ms],
-            &["DEL", KEY],
+            &["DEL", key],
         ]);
+        assert_eq!(
+            replies[0],
+            Reply::Simple("OK".into()),
+            "redis-server on port {}: SET {key} before WAIT",
+            self.port
+        );
         assert!(
             matches!(replies[1], Reply::Int(n) if n >= replicas as i64),
             "redis-server on port {}: {replicas} replicas did not acknowledge within \
@@ -526,6 +604,20 @@ mod tests {
             Err(Failure::Other(message)) => panic!("wrong failure: {message}"),
             Ok(_) => panic!("redis-server bound a port that was in use"),
         }
+    }
+
+    #[test]
+    fn cluster_nodes_get_a_port_with_a_free_bus_port() {
+        let cluster = ServerConfig::new().arg("cluster-enabled", "yes");
+        assert!(cluster.needs_bus_port());
+        assert!(cluster.clone().arg("cluster-port", "0").needs_bus_port());
+        // A bus port of its own, or no cluster at all (the last setting wins).
+        assert!(!cluster
+            .clone()
+            .arg("cluster-port", "20000")
+            .needs_bus_port());
+        assert!(!cluster.arg("cluster-enabled", "no").needs_bus_port());
+        assert!(!ServerConfig::new().needs_bus_port());
     }
 
     #[test]

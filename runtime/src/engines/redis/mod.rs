@@ -3,11 +3,16 @@
 //! errors with advice.
 
 pub(crate) mod batches;
+pub(crate) mod cluster;
+pub(crate) mod cluster_spec;
 pub(crate) mod diagnose;
 pub(crate) mod group_commit;
+pub(crate) mod hosts;
 pub(crate) mod node;
 pub(crate) mod pubsub;
 pub(crate) mod sentinel;
+pub(crate) mod sharded;
 pub(crate) mod single;
+pub(crate) mod slot;
 pub(crate) mod timeouts;
 pub(crate) mod tls;

@@ -6,7 +6,9 @@
 //! the node follows across failovers: a connection that fails, a server that answers `READONLY`
 //! (a demoted primary) and a `+switch-master` announcement each make the next call ask the
 //! sentinels again. With [`ReplicaAck`], the writes that grant or extend a lock are followed by
-//! `WAIT` in the same round trip.
+//! `WAIT` in the same round trip. A node can also be a whole Redis Cluster, through redis-rs's
+//! cluster client, which routes each script call to the node owning its keys' slot (and follows
+//! `MOVED`/`ASK`).
 
 use super::diagnose;
 use super::sentinel::SentinelTarget;
@@ -17,7 +19,9 @@ use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::owner::Owner;
 use crate::scripts::{LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use redis::{FromRedisValue, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,6 +65,8 @@ pub(crate) struct Node {
     prefix: String,
     timeouts: Timeouts,
     replica_ack: Option<ReplicaAck>,
+    /// How a release announces itself: `PUBLISH`, or `SPUBLISH` (sharded, Redis Cluster).
+    publish: &'static str,
     connection: Mutex<Option<Bound>>,
 }
 
@@ -70,16 +76,53 @@ enum Target {
     Fixed(Box<redis::Client>),
     /// Whichever server the sentinels name as the group's primary.
     Sentinel(Arc<SentinelTarget>),
+    /// A Redis Cluster: each call goes to the node owning its keys' slot.
+    Cluster(Box<ClusterClient>),
+}
+
+/// A connection to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Server(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
 }
 
 /// A connection bound to the tokio runtime that opened it. Its background tasks die with that
 /// runtime (a test's runtime, say); `alive` notices, and the next call opens a new one.
 #[derive(Clone)]
 struct Bound {
-    manager: ConnectionManager,
+    conn: Conn,
     /// The server's client, for connections of other kinds (pub/sub); shared, so that taking
-    /// the connection for a call allocates nothing.
-    client: Arc<redis::Client>,
+    /// the connection for a call allocates nothing. `None` for a cluster.
+    client: Option<Arc<redis::Client>>,
     alive: Arc<AtomicBool>,
     /// The Sentinel generation the server was named in (0 for a fixed server).
     generation: u64,
@@ -106,6 +149,7 @@ impl Node {
             prefix: prefix.to_owned(),
             timeouts,
             replica_ack: None,
+            publish: "PUBLISH",
             connection: Mutex::new(None),
         })
     }
@@ -118,7 +162,32 @@ impl Node {
             prefix: prefix.to_owned(),
             timeouts,
             replica_ack: None,
+            publish: "PUBLISH",
             connection: Mutex::new(None),
+        }
+    }
+
+    /// A node for a whole Redis Cluster (connected on first use); releases announce themselves
+    /// with `SPUBLISH`, on the shard that owns the lock's slot.
+    pub(crate) fn cluster(client: ClusterClient, timeouts: Timeouts, prefix: &str) -> Node {
+        Node {
+            target: Target::Cluster(Box::new(client)),
+            prefix: prefix.to_owned(),
+            timeouts,
+            replica_ack: None,
+            publish: "SPUBLISH",
+            connection: Mutex::new(None),
+        }
+    }
+
+    /// The cluster connection (opened if needed), for calls routed by the cluster engine itself.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the connection attempt; nothing is left half done.
+    pub(crate) async fn cluster_connection(&self) -> EngineResult<ClusterConnection> {
+        match self.connection().await?.conn {
+            Conn::Cluster(conn) => Ok(conn),
+            Conn::Server(_) => Err(unexpected("cluster_connection", "not a cluster node")),
         }
     }
 
@@ -135,7 +204,14 @@ impl Node {
     /// Dropping the future abandons the lookup; nothing is left half done.
     pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
         match self.connection().await {
-            Ok(bound) => Ok((*bound.client).clone()),
+            Ok(Bound {
+                client: Some(client),
+                ..
+            }) => Ok((*client).clone()),
+            Ok(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster has no single server to open a connection to",
+            ))),
             Err(failure) => Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "no connection",
@@ -149,6 +225,7 @@ impl Node {
         match &self.target {
             Target::Fixed(client) => client.get_connection_info().addr().to_string(),
             Target::Sentinel(target) => target.describe(),
+            Target::Cluster(_) => "the cluster".to_owned(),
         }
     }
 
@@ -158,6 +235,7 @@ impl Node {
             return Ok(bound);
         }
         let (client, generation) = match &self.target {
+            Target::Cluster(client) => return self.bind_cluster(client).await,
             Target::Fixed(client) => ((**client).clone(), 0),
             Target::Sentinel(target) => target.resolve().await.map_err(|err| EngineFailure {
                 ambiguous: false,
@@ -171,7 +249,7 @@ impl Node {
         let slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         let bound = slot.as_ref()?;
         let current = match &self.target {
-            Target::Fixed(_) => 0,
+            Target::Fixed(_) | Target::Cluster(_) => 0,
             Target::Sentinel(target) => target.generation(),
         };
         (bound.alive.load(Ordering::Acquire) && bound.generation == current).then(|| bound.clone())
@@ -207,21 +285,41 @@ impl Node {
             .set_max_delay(Duration::from_millis(250));
         let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|err| self.failure(err))?;
-        let alive = Arc::new(AtomicBool::new(true));
-        let flag = AliveFlag(alive.clone());
-        tokio::spawn(async move {
-            let _flag = flag;
-            std::future::pending::<()>().await;
-        });
+        let alive = runtime_flag();
         let bound = Bound {
-            manager,
-            client: Arc::new(client),
+            conn: Conn::Server(manager),
+            client: Some(Arc::new(client)),
             alive,
             generation,
         };
+        Ok(self.keep(bound))
+    }
+
+    /// Connects to the cluster (one reachable node is enough; the others are found from it).
+    async fn bind_cluster(&self, client: &ClusterClient) -> EngineResult<Bound> {
+        let connect = client.get_async_connection();
+        let conn = match tokio::time::timeout(self.timeouts.connect * 2, connect).await {
+            Ok(conn) => conn.map_err(|err| self.failure(err))?,
+            Err(_) => {
+                return Err(EngineFailure {
+                    ambiguous: false,
+                    source: "no cluster node answered in time".into(),
+                })
+            }
+        };
+        let bound = Bound {
+            conn: Conn::Cluster(conn),
+            client: None,
+            alive: runtime_flag(),
+            generation: 0,
+        };
+        Ok(self.keep(bound))
+    }
+
+    fn keep(&self, bound: Bound) -> Bound {
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(bound.clone());
-        Ok(bound)
+        bound
     }
 
     /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
@@ -253,12 +351,12 @@ impl Node {
         ack: Option<ReplicaAck>,
     ) -> EngineResult<(T, Option<u32>)> {
         let bound = self.connection().await?;
-        let mut manager = bound.manager.clone();
-        let sent = match send(&mut manager, script.evalsha(keys, args), ack).await {
+        let mut conn = bound.conn.clone();
+        let sent = match send(&mut conn, script.evalsha(keys, args), ack).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                send(&mut manager, script.eval(keys, args), ack).await
+                send(&mut conn, script.eval(keys, args), ack).await
             }
             other => other,
         };
@@ -467,9 +565,10 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|(lock, _)| lock.as_str()).collect();
         let marker_ttl = millis(fence_counter_ttl);
         let window = millis(handoff_window);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(2 + items.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + items.len());
         args.push(&marker_ttl);
         args.push(&window);
+        args.push(self.publish.as_bytes());
         args.extend(items.iter().map(|(_, owner)| owner.as_bytes()));
         let codes: Vec<i64> = self.invoke(&RELEASE, &keys, &args).await?;
         if codes.len() != items.len() {
@@ -492,12 +591,8 @@ impl Node {
         batch: &[Renewal<'_>],
     ) -> EngineResult<Vec<Option<Ownership>>> {
         let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
-        let ttls: Vec<Vec<u8>> = batch.iter().map(|item| millis(item.ttl)).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2);
-        for (item, ttl) in batch.iter().zip(&ttls) {
-            args.push(item.owner.as_bytes());
-            args.push(ttl);
-        }
+        let owned = renew_args(batch);
+        let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let (codes, acknowledged): (Vec<i64>, _) = self
             .invoke_acked(&RENEW, &keys, &args, self.replica_ack)
             .await?;
@@ -514,6 +609,30 @@ impl Node {
             // An extension the replicas did not confirm is not one the lease may count on.
             .map(|found| (confirmed || found != Ownership::Ours).then_some(found))
             .collect())
+    }
+
+    /// The `renew.lua` call (by SHA) for leases whose keys are already prefixed, for callers
+    /// that send it themselves (the cluster engine pipelines one per slot to each node).
+    pub(crate) fn renew_command(locks: &[String], batch: &[Renewal<'_>]) -> redis::Cmd {
+        let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
+        let owned = renew_args(batch);
+        let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
+        RENEW.evalsha(&keys, &args)
+    }
+
+    /// The answers in a `renew.lua` reply for `count` leases; a server error (`MOVED`,
+    /// `NOSCRIPT`, …) is the failure.
+    pub(crate) fn renew_answers(reply: Value, count: usize) -> EngineResult<Vec<Ownership>> {
+        let reply = reply.extract_error().map_err(|err| EngineFailure {
+            ambiguous: false,
+            source: err.into(),
+        })?;
+        let codes = Vec::<i64>::from_redis_value(reply)
+            .map_err(|err| unexpected("renew", err.to_string()))?;
+        if codes.len() != count {
+            return Err(unexpected("renew", codes));
+        }
+        Ok(codes.into_iter().map(ownership).collect())
     }
 
     /// `inspect.lua`: who holds the lock on this server.
@@ -576,8 +695,8 @@ impl Node {
                 )))
             }
         };
-        let mut manager = bound.manager.clone();
-        let reply = cmd.query_async(&mut manager).await;
+        let mut conn = bound.conn.clone();
+        let reply = cmd.query_async(&mut conn).await;
         if let Err(err) = &reply {
             self.after_failure(&bound, err);
         }
@@ -601,6 +720,18 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
     );
 }
 
+/// A flag cleared when the current tokio runtime shuts down: a connection opened on it dies
+/// with it.
+fn runtime_flag() -> Arc<AtomicBool> {
+    let alive = Arc::new(AtomicBool::new(true));
+    let flag = AliveFlag(alive.clone());
+    tokio::spawn(async move {
+        let _flag = flag;
+        std::future::pending::<()>().await;
+    });
+    alive
+}
+
 /// Whether `err` may mean the server is no longer the primary: it is unreachable, dropped the
 /// connection, did not answer, or refused a write as a replica (`READONLY`, a demoted primary).
 fn primary_may_have_moved(err: &redis::RedisError) -> bool {
@@ -613,7 +744,7 @@ fn primary_may_have_moved(err: &redis::RedisError) -> bool {
 
 /// Sends `script`, followed by `WAIT` when `ack` is set, in one round trip.
 async fn send(
-    manager: &mut ConnectionManager,
+    manager: &mut Conn,
     script: redis::Cmd,
     ack: Option<ReplicaAck>,
 ) -> redis::RedisResult<(Value, Option<u32>)> {
@@ -651,6 +782,16 @@ fn ownership(code: i64) -> Ownership {
         -1 => Ownership::Foreign,
         _ => Ownership::Gone,
     }
+}
+
+/// `renew.lua`'s ARGV: owner and TTL of each lease.
+fn renew_args(batch: &[Renewal<'_>]) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(batch.len() * 2);
+    for item in batch {
+        args.push(item.owner.as_bytes().to_vec());
+        args.push(millis(item.ttl));
+    }
+    args
 }
 
 fn millis(duration: Duration) -> Vec<u8> {

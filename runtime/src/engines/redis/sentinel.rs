@@ -9,6 +9,7 @@
 //!
 //! [`Node`]: super::node::Node
 
+use super::hosts::{percent_decode, Authority};
 use super::timeouts::Timeouts;
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
@@ -65,50 +66,11 @@ impl SentinelSpec {
         let (authority, path) = rest
             .split_once('/')
             .ok_or_else(|| problem("names no master (the path after the sentinels)".into()))?;
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
-        let (username, password) = match userinfo {
-            None => (None, None),
-            Some(info) => {
-                let (user, pass) = match info.split_once(':') {
-                    Some((user, pass)) => (user, Some(pass)),
-                    None => (info, None),
-                };
-                let decode = |text: &str| {
-                    percent_decode(text).ok_or_else(|| {
-                        problem("holds a malformed percent-escape in its credentials".into())
-                    })
-                };
-                let user = Some(decode(user)?).filter(|user| !user.is_empty());
-                let pass = pass.map(decode).transpose()?;
-                (user, pass)
-            }
-        };
-        let mut sentinels = Vec::new();
-        for host in hosts.split(',') {
-            let host = host.trim();
-            if host.is_empty() {
-                return Err(problem("lists an empty sentinel address".into()));
-            }
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
-                    let port = port.parse::<u16>().map_err(|_| {
-                        problem(format!(
-                            "gives `{port}` as a port for the sentinel `{name}`"
-                        ))
-                    })?;
-                    (name, port)
-                }
-                _ => (host, SENTINEL_PORT),
-            };
-            let name = name.trim_start_matches('[').trim_end_matches(']');
-            if name.is_empty() {
-                return Err(problem("lists a sentinel with no host".into()));
-            }
-            sentinels.push((name.to_owned(), port));
-        }
+        let Authority {
+            username,
+            password,
+            hosts: sentinels,
+        } = Authority::parse(authority, SENTINEL_PORT, "sentinel", &problem)?;
         let master_name = percent_decode(path.trim_end_matches('/'))
             .filter(|name| !name.is_empty() && !name.contains('/'))
             .ok_or_else(|| problem("names no master (the path after the sentinels)".into()))?;
@@ -363,24 +325,6 @@ fn rand_u16() -> u16 {
     let mut bytes = [0u8; 2];
     let _ = getrandom::fill(&mut bytes);
     u16::from_le_bytes(bytes)
-}
-
-/// `%XX` escapes decoded; `None` for a malformed escape or bytes that are not UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

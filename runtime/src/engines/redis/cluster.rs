@@ -1,0 +1,400 @@
+//! Redis Cluster: every lock lives on the node that owns its slot.
+//!
+//! A lock's keys share a hash tag (`<prefix>:{<key>}` and its channel), so each script call
+//! touches one slot, and redis-rs's cluster client routes it to that slot's master — following
+//! `MOVED`/`ASK` when the slot moved and refreshing its slot map. Multi-key locks take their keys
+//! one by one in canonical order (`acquire.rs`), so keys in different slots never meet in one
+//! call and no `CROSSSLOT` reaches a user.
+//!
+//! Renewal is grouped: the watchdog's batch is split by slot (one `renew.lua` call per slot, all
+//! of that slot's leases in it), the slots by the master that owns them (from `CLUSTER SLOTS`),
+//! and each master gets its calls as one pipeline — one round trip per master holding leases per
+//! period. A slot that answers `MOVED` (it migrated since the map was read) is renewed again on
+//! its own, routed by the client to the new owner, and the map is read again: a lease is renewed
+//! where its slot lives, or reported lost — never left unrenewed.
+//!
+//! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
+
+use super::cluster_spec::ClusterSpec;
+use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
+use super::sharded::ShardedSubscriber;
+use super::slot::slot_of;
+use super::timeouts::Timeouts;
+use crate::doctor::Finding;
+use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::error::LockError;
+use crate::hooks::{self, SharedHooks};
+use crate::key::{channel_of, lock_name, KeyNames};
+use crate::owner::Owner;
+use crate::wait::{Channels, ReleaseWatch};
+use futures_util::future::{join_all, BoxFuture};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::Value;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where and how the cluster engine connects.
+pub(crate) struct ClusterConfig<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) prefix: &'a str,
+    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) hooks: SharedHooks,
+}
+
+pub(crate) struct ClusterEngine {
+    node: Arc<Node>,
+    prefix: String,
+    fence_counter_ttl: Duration,
+    subscriber: Arc<ShardedSubscriber>,
+    /// Which master owns each slot, as `CLUSTER SLOTS` said; empty until read, and emptied
+    /// when a renewal finds a slot elsewhere.
+    owners: Mutex<SlotOwners>,
+    /// Renewal round trips (pipelines and single calls) sent, for tests of the grouping.
+    renewal_round_trips: AtomicU64,
+    hooks: SharedHooks,
+    publish_refused: AtomicBool,
+}
+
+/// The leases of one slot in a renewal: their lock keys and their places in the batch.
+struct SlotLeases {
+    slot: u16,
+    locks: Vec<String>,
+    indices: Vec<usize>,
+}
+
+/// Slot ranges and the `host:port` of their master, sorted by the first slot.
+#[derive(Default)]
+struct SlotOwners {
+    ranges: Vec<(u16, u16, String)>,
+}
+
+impl SlotOwners {
+    fn owner(&self, slot: u16) -> Option<&str> {
+        let at = self.ranges.partition_point(|(start, _, _)| *start <= slot);
+        let (start, end, owner) = self.ranges.get(at.checked_sub(1)?)?;
+        (*start <= slot && slot <= *end).then_some(owner.as_str())
+    }
+}
+
+impl ClusterEngine {
+    pub(crate) fn open(config: ClusterConfig<'_>) -> Result<Self, LockError> {
+        let spec = ClusterSpec::parse(config.url)?;
+        let client = spec.builder(config.timeouts).build().map_err(|err| {
+            LockError::invalid_config("url", format!("the cluster client refused it: {err}"))
+        })?;
+        let node = Arc::new(Node::cluster(client, config.timeouts, config.prefix));
+        Ok(ClusterEngine {
+            subscriber: ShardedSubscriber::new(
+                spec,
+                config.timeouts,
+                config.prefix,
+                Arc::new(Channels::needing(1)),
+            ),
+            node,
+            prefix: config.prefix.to_owned(),
+            fence_counter_ttl: config.fence_counter_ttl,
+            owners: Mutex::default(),
+            renewal_round_trips: AtomicU64::new(0),
+            hooks: config.hooks,
+            publish_refused: AtomicBool::new(false),
+        })
+    }
+
+    fn handoff_window(&self) -> Duration {
+        match hooks::read(&self.hooks).handoff_window {
+            Duration::ZERO => HANDOFF_WINDOW,
+            set => set,
+        }
+    }
+
+    /// The slot map, read with `CLUSTER SLOTS` if it is not known.
+    async fn owners(&self) -> EngineResult<Vec<(u16, u16, String)>> {
+        {
+            let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            if !owners.ranges.is_empty() {
+                return Ok(owners.ranges.clone());
+            }
+        }
+        let mut conn = self.node.cluster_connection().await?;
+        let reply = conn
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+            )
+            .await
+            .and_then(Value::extract_error)
+            .map_err(|err| crate::engine::EngineFailure {
+                ambiguous: false,
+                source: format!("CLUSTER SLOTS: {err}").into(),
+            })?;
+        let mut ranges = parse_cluster_slots(reply);
+        ranges.sort_unstable();
+        let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+        owners.ranges = ranges.clone();
+        Ok(ranges)
+    }
+
+    fn forget_owners(&self) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ranges
+            .clear();
+    }
+
+    /// Renews the leases of several slots, all (by the map) on one master, in one pipeline;
+    /// a slot whose call failed there (it moved, the script was not loaded, the node broke) is
+    /// renewed again on its own, routed by the client. Answers per slot, in order.
+    async fn renew_on_master(
+        &self,
+        slots: Vec<SlotLeases>,
+        batch: &[Renewal<'_>],
+    ) -> Vec<(Vec<usize>, EngineResult<Vec<Option<Ownership>>>)> {
+        let mut pipe = redis::pipe();
+        for leases in &slots {
+            let items: Vec<Renewal<'_>> =
+                leases.indices.iter().map(|&i| renewal(&batch[i])).collect();
+            pipe.add_command(Node::renew_command(&leases.locks, &items));
+        }
+        let route =
+            SingleNodeRoutingInfo::SpecificNode(Route::new(slots[0].slot, SlotAddr::Master));
+        self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+        let sent = match self.node.cluster_connection().await {
+            Ok(mut conn) => conn
+                .route_pipeline(pipe.clone(), 0, slots.len(), route)
+                .await
+                .ok(),
+            Err(_) => None,
+        };
+        let mut replies: Vec<Option<Value>> = match sent {
+            Some(values) if values.len() == slots.len() => values.into_iter().map(Some).collect(),
+            _ => vec![None; slots.len()],
+        };
+        let mut answers = Vec::with_capacity(slots.len());
+        for (SlotLeases { locks, indices, .. }, reply) in slots.into_iter().zip(replies.iter_mut())
+        {
+            let parsed = reply
+                .take()
+                .map(|reply| Node::renew_answers(reply, indices.len()));
+            let answer = match parsed {
+                Some(Ok(found)) => Ok(found.into_iter().map(Some).collect()),
+                // Elsewhere now, not loaded, or not answered: once more, on its own, routed by
+                // the client to the slot's current owner; and read the map again.
+                _ => {
+                    self.forget_owners();
+                    self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+                    let items: Vec<Renewal<'_>> =
+                        indices.iter().map(|&i| renewal(&batch[i])).collect();
+                    self.node.renew(&locks, &items).await
+                }
+            };
+            answers.push((indices, answer));
+        }
+        answers
+    }
+
+    /// Renewal round trips sent so far.
+    pub(crate) fn renewal_round_trips(&self) -> u64 {
+        self.renewal_round_trips.load(Ordering::Relaxed)
+    }
+}
+
+fn renewal<'a>(item: &Renewal<'a>) -> Renewal<'a> {
+    Renewal {
+        key: item.key,
+        owner: item.owner,
+        ttl: item.ttl,
+    }
+}
+
+/// `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]` → `(start, end,
+/// "host:port")`.
+fn parse_cluster_slots(reply: Value) -> Vec<(u16, u16, String)> {
+    let Value::Array(entries) = reply else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let Value::Array(fields) = entry else {
+                return None;
+            };
+            let int = |value: &Value| match value {
+                Value::Int(n) => u16::try_from(*n).ok(),
+                _ => None,
+            };
+            let (start, end) = (int(fields.first()?)?, int(fields.get(1)?)?);
+            let Value::Array(master) = fields.get(2)? else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok()?,
+                Value::SimpleString(text) => text.clone(),
+                _ => return None,
+            };
+            let port = int(master.get(1)?)?;
+            Some((start, end, format!("{host}:{port}")))
+        })
+        .collect()
+}
+
+impl Engine for ClusterEngine {
+    fn acquire<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        ttl: Duration,
+        asker: Asker,
+    ) -> BoxFuture<'a, EngineResult<Acquired>> {
+        Box::pin(async move {
+            let call = LockCall {
+                lock: lock_name(&self.prefix, key),
+                owner: owner.clone(),
+                ttl,
+                asker,
+            };
+            let mut answers = self
+                .node
+                .acquire_many(std::slice::from_ref(&call), 1)
+                .await?;
+            answers.pop().unwrap_or_else(|| {
+                Err(crate::engine::EngineFailure {
+                    ambiguous: false,
+                    source: "no answer to acquire".into(),
+                })
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+    ) -> BoxFuture<'a, EngineResult<Ownership>> {
+        Box::pin(async move {
+            let lock = lock_name(&self.prefix, key);
+            let reply = self
+                .node
+                .release_many(
+                    &[(lock.clone(), owner.clone())],
+                    self.fence_counter_ttl,
+                    self.handoff_window(),
+                )
+                .await?;
+            match reply.first() {
+                Some(ReleaseReply::Found(ownership)) => Ok(*ownership),
+                Some(ReleaseReply::ReleasedUnannounced) => {
+                    report_refused_publish(&self.publish_refused, &self.prefix, &channel_of(&lock));
+                    Ok(Ownership::Ours)
+                }
+                None => Err(crate::engine::EngineFailure {
+                    ambiguous: false,
+                    source: "no answer to release".into(),
+                }),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        batch: &'a [Renewal<'a>],
+    ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
+        Box::pin(async move {
+            // Leases by slot: one script call per slot.
+            let mut by_slot: BTreeMap<u16, (Vec<String>, Vec<usize>)> = BTreeMap::new();
+            for (index, item) in batch.iter().enumerate() {
+                let lock = lock_name(&self.prefix, item.key);
+                let entry = by_slot.entry(slot_of(&lock)).or_default();
+                entry.0.push(lock);
+                entry.1.push(index);
+            }
+            // Slots by master: one round trip per master. Without a map (it could not be
+            // read), every slot goes on its own, routed by the client.
+            let owners = SlotOwners {
+                ranges: self.owners().await.unwrap_or_default(),
+            };
+            let mut by_master: BTreeMap<String, Vec<SlotLeases>> = BTreeMap::new();
+            for (slot, (locks, indices)) in by_slot {
+                let master = owners
+                    .owner(slot)
+                    .map_or_else(|| format!("slot {slot}"), str::to_owned);
+                by_master.entry(master).or_default().push(SlotLeases {
+                    slot,
+                    locks,
+                    indices,
+                });
+            }
+            let rounds = by_master
+                .into_values()
+                .map(|slots| self.renew_on_master(slots, batch));
+            let mut answers: Vec<Option<Ownership>> = vec![None; batch.len()];
+            let mut failures = Vec::new();
+            for (indices, answer) in join_all(rounds).await.into_iter().flatten() {
+                match answer {
+                    Ok(found) => {
+                        for (index, found) in indices.into_iter().zip(found) {
+                            answers[index] = found;
+                        }
+                    }
+                    Err(failure) => failures.push(failure),
+                }
+            }
+            // Leases whose slot could not be reached stay undecided (renewed again soon); if
+            // none could, the whole renewal failed.
+            if answers.iter().all(Option::is_none) {
+                if let Some(failure) = failures.into_iter().next() {
+                    return Err(failure);
+                }
+            }
+            Ok(answers)
+        })
+    }
+
+    fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(async move { self.node.inspect(&KeyNames::new(&self.prefix, key)).await })
+    }
+
+    fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>> {
+        Box::pin(async move {
+            let channel = KeyNames::new(&self.prefix, key).channel;
+            let watch = self.subscriber.register(&channel);
+            self.subscriber.subscribe_and_confirm(&channel).await?;
+            Ok(watch)
+        })
+    }
+
+    fn watched_channels(&self) -> usize {
+        self.subscriber.watched()
+    }
+
+    fn renewal_round_trips(&self) -> u64 {
+        ClusterEngine::renewal_round_trips(self)
+    }
+
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
+        Box::pin(async move { self.node.doctor().await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_owners_are_found_by_range() {
+        let owners = SlotOwners {
+            ranges: vec![
+                (0, 5460, "a:1".into()),
+                (5461, 10922, "b:1".into()),
+                (10923, 16383, "c:1".into()),
+            ],
+        };
+        assert_eq!(owners.owner(0), Some("a:1"));
+        assert_eq!(owners.owner(5461), Some("b:1"));
+        assert_eq!(owners.owner(16383), Some("c:1"));
+        assert_eq!(SlotOwners::default().owner(7), None);
+    }
+}

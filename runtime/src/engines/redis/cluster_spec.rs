@@ -1,0 +1,120 @@
+//! A `redis-cluster://` URL, parsed, and the redis-rs cluster clients it makes.
+
+use super::hosts::Authority;
+use super::timeouts::Timeouts;
+use crate::error::LockError;
+use crate::redact::redact_url;
+use redis::cluster::ClusterClientBuilder;
+
+/// The port of a cluster node when a URL names none.
+const NODE_PORT: u16 = 6379;
+
+/// Seed nodes (one reachable is enough; the others are found from it) and their credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterSpec {
+    pub(crate) seeds: Vec<(String, u16)>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl ClusterSpec {
+    /// Parses `redis-cluster://[user:password@]host[:port][,host[:port]…]` (no path, no query:
+    /// a cluster has one database).
+    pub(crate) fn parse(url: &str) -> Result<ClusterSpec, LockError> {
+        let problem = |what: String| {
+            LockError::invalid_config(
+                "url",
+                format!(
+                    "`{}` {what}; expected redis-cluster://[user:password@]host:port[,host:port…]",
+                    redact_url(url)
+                ),
+            )
+        };
+        let rest = url
+            .strip_prefix("redis-cluster://")
+            .ok_or_else(|| problem("is not a redis-cluster:// URL".into()))?;
+        let authority = rest.trim_end_matches('/');
+        if let Some(extra) = authority.find(['/', '?']) {
+            return Err(problem(format!(
+                "has `{}` after the nodes; a cluster URL names nodes only (a cluster has one \
+                 database)",
+                &authority[extra..]
+            )));
+        }
+        let Authority {
+            username,
+            password,
+            hosts,
+        } = Authority::parse(authority, NODE_PORT, "node", &problem)?;
+        Ok(ClusterSpec {
+            seeds: hosts,
+            username,
+            password,
+        })
+    }
+
+    /// A redis-rs cluster client builder for these seeds: credentials for every node, the
+    /// connection's timeouts, and quick retries (redirections `MOVED`/`ASK` are retries).
+    pub(crate) fn builder(&self, timeouts: Timeouts) -> ClusterClientBuilder {
+        let nodes: Vec<String> = self
+            .seeds
+            .iter()
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("redis://[{host}]:{port}"),
+                false => format!("redis://{host}:{port}"),
+            })
+            .collect();
+        let mut builder = ClusterClientBuilder::new(nodes)
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            .overall_response_timeout(Some(timeouts.response * 4))
+            .retries(4)
+            .min_retry_wait(10)
+            .max_retry_wait(200);
+        if let Some(user) = &self.username {
+            builder = builder.username(user.clone());
+        }
+        if let Some(pass) = &self.password {
+            builder = builder.password(pass.clone());
+        }
+        builder
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_nodes_and_credentials() {
+        let spec =
+            ClusterSpec::parse("redis-cluster://app:p%40ss@10.0.0.1:7000,10.0.0.2,[::1]:7002")
+                .unwrap();
+        assert_eq!(
+            spec.seeds,
+            vec![
+                ("10.0.0.1".to_owned(), 7000),
+                ("10.0.0.2".to_owned(), NODE_PORT),
+                ("::1".to_owned(), 7002)
+            ]
+        );
+        assert_eq!(spec.username.as_deref(), Some("app"));
+        assert_eq!(spec.password.as_deref(), Some("p@ss"));
+        for (url, expected) in [
+            ("redis-cluster://a:1/0", "has `/0` after the nodes"),
+            ("redis-cluster://a:1?db=1", "has `?db=1` after the nodes"),
+            (
+                "redis-cluster://a:x",
+                "gives `x` as a port for the node `a`",
+            ),
+            (
+                "redis-cluster://:hunter2@a,,b",
+                "lists an empty node address",
+            ),
+        ] {
+            let err = ClusterSpec::parse(url).unwrap_err().to_string();
+            assert!(err.contains(expected), "{url}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The authority of a URL that names several hosts (`redis-sentinel://`, `redis-cluster://`):
+//! optional credentials, then a comma-separated list of `host[:port]`.
+
+use crate::error::LockError;
+
+/// Credentials and hosts, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Authority {
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) hosts: Vec<(String, u16)>,
+}
+
+impl Authority {
+    /// Parses `[user[:password]@]host[:port][,host[:port]…]` (IPv6 hosts in brackets); a host
+    /// without a port gets `default_port`. `problem` turns what is wrong into the caller's
+    /// error (which names the URL, redacted); `host_kind` names the hosts in it ("sentinel").
+    pub(crate) fn parse(
+        authority: &str,
+        default_port: u16,
+        host_kind: &str,
+        problem: &dyn Fn(String) -> LockError,
+    ) -> Result<Authority, LockError> {
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (user, pass) = match info.split_once(':') {
+                    Some((user, pass)) => (user, Some(pass)),
+                    None => (info, None),
+                };
+                let decode = |text: &str| {
+                    percent_decode(text).ok_or_else(|| {
+                        problem("holds a malformed percent-escape in its credentials".into())
+                    })
+                };
+                let user = Some(decode(user)?).filter(|user| !user.is_empty());
+                let pass = pass.map(decode).transpose()?;
+                (user, pass)
+            }
+        };
+        let mut parsed = Vec::new();
+        for host in hosts.split(',') {
+            let host = host.trim();
+            if host.is_empty() {
+                return Err(problem(format!("lists an empty {host_kind} address")));
+            }
+            let (name, port) = match host.rsplit_once(':') {
+                Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
+                    let port = port.parse::<u16>().map_err(|_| {
+                        problem(format!(
+                            "gives `{port}` as a port for the {host_kind} `{name}`"
+                        ))
+                    })?;
+                    (name, port)
+                }
+                _ => (host, default_port),
+            };
+            let name = name.trim_start_matches('[').trim_end_matches(']');
+            if name.is_empty() {
+                return Err(problem(format!("lists a {host_kind} with no host")));
+            }
+            parsed.push((name.to_owned(), port));
+        }
+        Ok(Authority {
+            username,
+            password,
+            hosts: parsed,
+        })
+    }
+}
+
+/// `%XX` escapes decoded; `None` for a malformed escape or bytes that are not UTF-8.
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
