@@ -146,43 +146,36 @@ impl ClusterEngine {
     }
 
     /// Renews the leases of several slots, all (by the map) on one master, in one pipeline;
-    /// a slot whose call failed there (it moved, the script was not loaded, the node broke) is
-    /// renewed again on its own, routed by the client. Answers per slot, in order.
+    /// a slot whose call failed there (it moved, the node broke) is renewed again on its own,
+    /// routed by the client. A node without the script (first use, a promoted replica) gets the
+    /// pipeline once more, its first call carrying the source, which loads it for the others.
+    /// Answers per slot, in order.
     async fn renew_on_master(
         &self,
         slots: Vec<SlotLeases>,
         batch: &[Renewal<'_>],
     ) -> Vec<(Vec<usize>, EngineResult<Vec<Option<Ownership>>>)> {
-        let mut pipe = redis::pipe();
-        for leases in &slots {
-            let items: Vec<Renewal<'_>> =
-                leases.indices.iter().map(|&i| renewal(&batch[i])).collect();
-            pipe.add_command(Node::renew_command(&leases.locks, &items));
+        let all: Vec<usize> = (0..slots.len()).collect();
+        let mut replies = self.renewal_pipeline(&slots, &all, batch, false).await;
+        let unloaded: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, reply)| matches!(reply, Some(reply) if is_noscript(reply)))
+            .map(|(index, _)| index)
+            .collect();
+        if !unloaded.is_empty() {
+            let again = self.renewal_pipeline(&slots, &unloaded, batch, true).await;
+            for (index, reply) in unloaded.into_iter().zip(again) {
+                replies[index] = reply;
+            }
         }
-        let route =
-            SingleNodeRoutingInfo::SpecificNode(Route::new(slots[0].slot, SlotAddr::Master));
-        self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-        let sent = match self.node.cluster_connection().await {
-            Ok(mut conn) => conn
-                .route_pipeline(pipe.clone(), 0, slots.len(), route)
-                .await
-                .ok(),
-            Err(_) => None,
-        };
-        let mut replies: Vec<Option<Value>> = match sent {
-            Some(values) if values.len() == slots.len() => values.into_iter().map(Some).collect(),
-            _ => vec![None; slots.len()],
-        };
         let mut answers = Vec::with_capacity(slots.len());
-        for (SlotLeases { locks, indices, .. }, reply) in slots.into_iter().zip(replies.iter_mut())
-        {
-            let parsed = reply
-                .take()
-                .map(|reply| Node::renew_answers(reply, indices.len()));
+        for (SlotLeases { locks, indices, .. }, reply) in slots.into_iter().zip(replies) {
+            let parsed = reply.map(|reply| Node::renew_answers(reply, indices.len()));
             let answer = match parsed {
                 Some(Ok(found)) => Ok(found.into_iter().map(Some).collect()),
-                // Elsewhere now, not loaded, or not answered: once more, on its own, routed by
-                // the client to the slot's current owner; and read the map again.
+                // Elsewhere now, or not answered: once more, on its own, routed by the client to
+                // the slot's current owner; and read the map again.
                 _ => {
                     self.forget_owners();
                     self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
@@ -196,10 +189,49 @@ impl ClusterEngine {
         answers
     }
 
+    /// One pipeline of `renew.lua` calls, for the slots at `which`, to the master of the first
+    /// of them; `None` for a slot whose reply did not come. `load`: the first call carries the
+    /// script's source.
+    async fn renewal_pipeline(
+        &self,
+        slots: &[SlotLeases],
+        which: &[usize],
+        batch: &[Renewal<'_>],
+        load: bool,
+    ) -> Vec<Option<Value>> {
+        let mut pipe = redis::pipe();
+        for (position, &index) in which.iter().enumerate() {
+            let leases = &slots[index];
+            let items: Vec<Renewal<'_>> =
+                leases.indices.iter().map(|&i| renewal(&batch[i])).collect();
+            pipe.add_command(Node::renew_command(
+                &leases.locks,
+                &items,
+                load && position == 0,
+            ));
+        }
+        let route =
+            SingleNodeRoutingInfo::SpecificNode(Route::new(slots[which[0]].slot, SlotAddr::Master));
+        self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+        let sent = match self.node.cluster_connection().await {
+            Ok(mut conn) => conn.route_pipeline(pipe, 0, which.len(), route).await.ok(),
+            Err(_) => None,
+        };
+        match sent {
+            Some(values) if values.len() == which.len() => values.into_iter().map(Some).collect(),
+            _ => vec![None; which.len()],
+        }
+    }
+
     /// Renewal round trips sent so far.
     pub(crate) fn renewal_round_trips(&self) -> u64 {
         self.renewal_round_trips.load(Ordering::Relaxed)
     }
+}
+
+/// A `NOSCRIPT` error reply: the node does not have the script (yet).
+fn is_noscript(reply: &Value) -> bool {
+    matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT")
 }
 
 fn renewal<'a>(item: &Renewal<'a>) -> Renewal<'a> {

@@ -613,11 +613,20 @@ impl Node {
 
     /// The `renew.lua` call (by SHA) for leases whose keys are already prefixed, for callers
     /// that send it themselves (the cluster engine pipelines one per slot to each node).
-    pub(crate) fn renew_command(locks: &[String], batch: &[Renewal<'_>]) -> redis::Cmd {
+    /// `with_source`: `EVAL` with the script's source, which also loads it on the node.
+    pub(crate) fn renew_command(
+        locks: &[String],
+        batch: &[Renewal<'_>],
+        with_source: bool,
+    ) -> redis::Cmd {
         let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
         let owned = renew_args(batch);
         let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-        RENEW.evalsha(&keys, &args)
+        if with_source {
+            RENEW.eval(&keys, &args)
+        } else {
+            RENEW.evalsha(&keys, &args)
+        }
     }
 
     /// The answers in a `renew.lua` reply for `count` leases; a server error (`MOVED`,
