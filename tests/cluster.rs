@@ -145,6 +145,262 @@ async fn waiters_are_woken_by_sharded_notifications() {
     assert!(spublishes >= 20, "every waited-on release was announced");
 }
 
+/// A master killed while leases are held on every shard and tasks loop fenced sections on
+/// keys of every shard: its replica is promoted; the leases on other shards see no error and
+/// stay held; each lease on the failed shard is kept or reported lost — and a contender gets
+/// one only after its holder learned it lost it; new acquisitions work after the promotion; 0
+/// overlaps and 0 rejected fenced writes throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_costs_only_its_own_shard_and_never_a_double_grant() {
+    let ttl = Duration::from_secs(2);
+    let fx = Cluster::start(|b| b.watchdog_timeout(ttl));
+    let resource = RedisServer::start();
+    let victim = fx.owner_of("failed:0").port();
+    let keys_where = |prefix: &str, on_victim: bool| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{prefix}:{i}"))
+            .filter(|key| (fx.owner_of(key).port() == victim) == on_victim)
+            .take(4)
+            .collect()
+    };
+    let (failed, others) = (keys_where("failed", true), keys_where("other", false));
+    let mut failed_guards = Vec::new();
+    for key in &failed {
+        failed_guards.push(Lock::new(key).on(fx.backend()).acquire().await.unwrap());
+    }
+    let mut other_guards = Vec::new();
+    for key in &others {
+        other_guards.push(Lock::new(key).on(fx.backend()).acquire().await.unwrap());
+    }
+    // Each lease on the failed shard, watched: the task ends when the lease is reported lost.
+    let failed_watches: Vec<_> = failed_guards
+        .into_iter()
+        .map(|guard| {
+            tokio::spawn(async move {
+                guard.lost().await;
+                Instant::now()
+            })
+        })
+        .collect();
+    // Tasks looping fenced sections on both kinds of shard, through the failover.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = keys_where("section", true)
+        .into_iter()
+        .take(2)
+        .chain(keys_where("section", false).into_iter().take(2))
+        .map(|key| {
+            tokio::spawn(fenced_sections(
+                fx.contender(),
+                resource.url(),
+                key,
+                stop.clone(),
+            ))
+        })
+        .collect();
+    // Contenders for the leases held on the failed shard.
+    let contender = fx.contender();
+    let takers: Vec<_> = failed
+        .iter()
+        .map(|key| {
+            let (contender, key) = (contender.clone(), key.clone());
+            tokio::spawn(async move {
+                loop {
+                    if let Ok(guard) = Lock::new(&key)
+                        .on(&contender)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                    {
+                        return (Instant::now(), guard);
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let slot = RedisCluster::slot_of(SingleRedis::lock_key(&failed[0]));
+    let (fx, (killed, promoted, took)) = tokio::task::spawn_blocking(move || {
+        let mut fx = fx;
+        let outcome = fx.cluster.kill_master_and_wait_failover(slot);
+        (fx, outcome)
+    })
+    .await
+    .unwrap();
+    // Three renewal periods after the promotion: the other shards' leases were renewed all
+    // along (their validity is shorter than the time since the kill).
+    tokio::time::sleep(ttl).await;
+    let others_held = other_guards.iter().filter(|guard| guard.is_held()).count();
+    // The failed shard's leases: each kept, or lost before a contender got it.
+    let mut failed_kept = 0;
+    let mut failed_lost = 0;
+    for (watch, taker) in failed_watches.into_iter().zip(takers) {
+        if !watch.is_finished() {
+            failed_kept += 1;
+            assert!(
+                !taker.is_finished(),
+                "a kept lease was granted to a contender"
+            );
+            taker.abort();
+            watch.abort();
+            continue;
+        }
+        failed_lost += 1;
+        let lost_at = watch.await.unwrap();
+        let (taken_at, taken) = tokio::time::timeout(Duration::from_secs(30), taker)
+            .await
+            .expect("a lost lease's lock was never taken")
+            .unwrap();
+        assert!(
+            lost_at <= taken_at,
+            "a contender got the lock {:?} before its holder learned it lost it",
+            lost_at - taken_at
+        );
+        taken.release().await.unwrap();
+    }
+    // New acquisitions on the promoted master.
+    let fresh = keys_where_on(&fx, "fresh", promoted);
+    let guard = Lock::new(&fresh).on(fx.backend()).acquire().await.unwrap();
+    guard.release().await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = (0, 0, 0, 0);
+    for task in loops {
+        let (sections, overlaps, rejected, errors) = task.await.unwrap();
+        assert!(sections > 0, "a section loop never got its lock");
+        total = (
+            total.0 + sections,
+            total.1 + overlaps,
+            total.2 + rejected,
+            total.3 + errors,
+        );
+    }
+    eprintln!(
+        "CLUSTER master {killed} killed, {promoted} promoted after {took:?}: other shards' leases \
+         held {others_held}/{}, failed shard's leases kept {failed_kept} / lost {failed_lost} \
+         (each lost before taken); {} fenced sections, {} overlaps, {} rejected, {} calls \
+         ended by errors",
+        others.len(),
+        total.0,
+        total.1,
+        total.2,
+        total.3
+    );
+    assert_eq!(
+        others_held,
+        others.len(),
+        "a lease on a healthy shard was lost"
+    );
+    assert_eq!(
+        (total.1, total.2),
+        (0, 0),
+        "overlapping sections or stale writes"
+    );
+    for guard in other_guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// A slot migrated (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`, `SETSLOT … NODE`)
+/// while a watchdog lease in it is held: the lease is renewed on the new owner (found by the
+/// `MOVED` the old one answers, and a new slot map), stays held, and is busy to a contender.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
+    let ttl = Duration::from_millis(900);
+    let fx = Cluster::start(|b| b.watchdog_timeout(ttl));
+    let moving = "moving:0".to_owned();
+    let source = fx.owner_of(&moving).port();
+    // Another lease on the same master, in a slot that stays: the pipeline to that master
+    // carries both until the move.
+    let staying = keys_where_on(&fx, "staying", source);
+    let guard = Lock::new(&moving).on(fx.backend()).acquire().await.unwrap();
+    let other = Lock::new(&staying)
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let target = fx
+        .cluster
+        .masters()
+        .iter()
+        .map(|master| master.port())
+        .find(|&port| port != source)
+        .unwrap();
+    let slot = RedisCluster::slot_of(SingleRedis::lock_key(&moving));
+    let trips_before = raw::renewal_round_trips(fx.backend());
+    tokio::task::block_in_place(|| fx.cluster.migrate_slot(slot, target));
+    // Three renewal periods on the new owner.
+    tokio::time::sleep(ttl).await;
+    let lock = SingleRedis::lock_key(&moving);
+    let on_target = common::held_pttl(fx.cluster.node(target), &lock);
+    let on_source = fx.cluster.node(source).command(&["EXISTS", &lock]);
+    let probe = Lock::new(&moving).on(&fx.contender()).acquire().await;
+    let trips = raw::renewal_round_trips(fx.backend()) - trips_before;
+    eprintln!(
+        "CLUSTER slot {slot} migrated {source} -> {target} under a {ttl:?} lease: held {}, TTL on \
+         the new owner {on_target:?}, {trips} renewal round trips in the 3 periods after",
+        guard.is_held()
+    );
+    assert!(guard.is_held(), "{:?}", guard.check());
+    assert!(other.is_held(), "{:?}", other.check());
+    let left = on_target.expect("the lock is held on the new owner");
+    // Renewed there: a lease not renewed since the move would have run out.
+    assert!(left > Duration::ZERO && left <= ttl, "{left:?}");
+    assert!(
+        matches!(&on_source, Reply::Error(moved) if moved.starts_with("MOVED")),
+        "the old owner sends it on: {on_source:?}"
+    );
+    assert!(matches!(probe, Err(LockError::Busy { .. })), "{probe:?}");
+    guard.release().await.unwrap();
+    other.release().await.unwrap();
+}
+
+/// A key (with `prefix`) whose lock lives on the node at `port`.
+fn keys_where_on(fx: &Cluster, prefix: &str, port: u16) -> String {
+    (0..)
+        .map(|i| format!("{prefix}:{i}"))
+        .find(|key| fx.owner_of(key).port() == port)
+        .unwrap()
+}
+
+/// Fenced critical sections on `key` until `stop`: (sections, overlaps, rejected writes, calls
+/// that ended with an error).
+async fn fenced_sections(
+    backend: distlock::Backend,
+    resource_url: String,
+    key: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (u64, u64, u64, u64) {
+    use redis::AsyncCommands;
+    let fenced = distlock::FencedStore::open(&resource_url).unwrap();
+    let client = redis::Client::open(resource_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let (mut sections, mut overlaps, mut rejected, mut errors) = (0, 0, 0, 0);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let outcome = Lock::new(&key)
+            .on(&backend)
+            .wait(Duration::from_secs(30))
+            .run(async {
+                let inside: i64 = redis.incr(format!("inside:{key}"), 1).await.unwrap();
+                let token = distlock::fencing_token().unwrap();
+                let written = fenced
+                    .write(&format!("fenced:{key}"), token, b"x")
+                    .await
+                    .unwrap();
+                let _: i64 = redis.decr(format!("inside:{key}"), 1).await.unwrap();
+                (inside != 1, written != distlock::FencedWrite::Applied)
+            })
+            .await;
+        match outcome {
+            Ok((overlap, stale)) => {
+                sections += 1;
+                overlaps += u64::from(overlap);
+                rejected += u64::from(stale);
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    (sections, overlaps, rejected, errors)
+}
+
 /// `slots × per_slot` keys whose lock keys fall in `slots` distinct slots, `per_slot` each.
 fn keys_sharing_slots(slots: usize, per_slot: usize) -> Vec<String> {
     let mut by_slot: std::collections::BTreeMap<u16, Vec<String>> = Default::default();
