@@ -301,7 +301,9 @@ async fn a_killed_master_costs_only_its_own_shard_and_never_a_double_grant() {
 
 /// A slot migrated (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`, `SETSLOT … NODE`)
 /// while a watchdog lease in it is held: the lease is renewed on the new owner (found by the
-/// `MOVED` the old one answers, and a new slot map), stays held, and is busy to a contender.
+/// `MOVED` the old one answers, and a new slot map), stays held, and is busy to a contender; a
+/// waiter subscribed on the old owner follows the channel to the new one and is woken by the
+/// release there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
     let ttl = Duration::from_millis(900);
@@ -325,6 +327,12 @@ async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
         .find(|&port| port != source)
         .unwrap();
     let slot = RedisCluster::slot_of(SingleRedis::lock_key(&moving));
+    // A waiter that relies on notifications alone (a missed one shows as a 30 s wait),
+    // subscribed on the old owner.
+    let waiters = fx.contender();
+    raw::set_backoff_floor(&waiters, Duration::from_secs(30));
+    let waiter = common::spawn_waiter(&waiters, &moving, Duration::from_secs(60));
+    until_shard_subscribers(fx.cluster.node(source), &moving, 1).await;
     let trips_before = raw::renewal_round_trips(fx.backend());
     tokio::task::block_in_place(|| fx.cluster.migrate_slot(slot, target));
     // Three renewal periods on the new owner.
@@ -333,6 +341,8 @@ async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
     let on_target = common::held_pttl(fx.cluster.node(target), &lock);
     let on_source = fx.cluster.node(source).command(&["EXISTS", &lock]);
     let probe = Lock::new(&moving).on(&fx.contender()).acquire().await;
+    // The waiter follows the channel: subscribed on the new owner.
+    until_shard_subscribers(fx.cluster.node(target), &moving, 1).await;
     let trips = raw::renewal_round_trips(fx.backend()) - trips_before;
     eprintln!(
         "CLUSTER slot {slot} migrated {source} -> {target} under a {ttl:?} lease: held {}, TTL on \
@@ -349,8 +359,77 @@ async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
         "the old owner sends it on: {on_source:?}"
     );
     assert!(matches!(probe, Err(LockError::Busy { .. })), "{probe:?}");
+    let released = Instant::now();
     guard.release().await.unwrap();
+    let acquired = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was not woken by the release on the new owner")
+        .unwrap()
+        .unwrap();
+    eprintln!(
+        "CLUSTER the waiter followed the channel to the new owner: woken {:?} after the release",
+        acquired - released
+    );
     other.release().await.unwrap();
+}
+
+/// A least-privilege user with the rules `distlock::redis_cluster_acl_rules` returns, set on
+/// every node, can do every lock operation on the cluster — and no node logs a denied command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_cluster_user_can_do_every_operation() {
+    let ttl = Duration::from_millis(300);
+    let fx = Cluster::start(|b| b);
+    let rules = distlock::redis_cluster_acl_rules(PREFIX);
+    for node in fx.cluster.nodes() {
+        let mut setuser = vec!["ACL", "SETUSER", "locker", "on", ">locker-secret"];
+        setuser.extend(rules.split(' '));
+        assert_eq!(node.command(&setuser), Reply::Simple("OK".into()));
+        node.command(&["ACL", "LOG", "RESET"]);
+    }
+    let url = fx.cluster.url().replacen(
+        "redis-cluster://",
+        "redis-cluster://locker:locker-secret@",
+        1,
+    );
+    let build = || {
+        distlock::Backend::builder(&url)
+            .prefix(PREFIX)
+            .watchdog_timeout(ttl)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiters) = (build(), build());
+    raw::set_backoff_floor(&waiters, Duration::from_secs(30));
+    let guard = Lock::new("acl").on(&holder).acquire().await.unwrap();
+    let waiter = common::spawn_waiter(&waiters, "acl", Duration::from_secs(60));
+    until_shard_subscribers(fx.owner_of("acl"), "acl", 1).await;
+    // Renewed across three periods.
+    tokio::time::sleep(ttl).await;
+    assert!(guard.is_held(), "{:?}", guard.check());
+    assert_eq!(
+        holder.inspect("acl").await.unwrap().unwrap().fencing_token,
+        guard.fencing_token()
+    );
+    guard.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken by the sharded notification")
+        .unwrap()
+        .unwrap();
+    Lock::keys(["acl-a", "acl-b", "acl-c"])
+        .on(&holder)
+        .run(async {})
+        .await
+        .unwrap();
+    for node in fx.cluster.nodes() {
+        let denied = node.command(&["ACL", "LOG"]);
+        assert_eq!(
+            denied,
+            Reply::Array(Some(Vec::new())),
+            "node {} denied: {denied:?}",
+            node.port()
+        );
+    }
 }
 
 /// A key (with `prefix`) whose lock lives on the node at `port`.
@@ -399,6 +478,34 @@ async fn fenced_sections(
         }
     }
     (sections, overlaps, rejected, errors)
+}
+
+/// Cluster settings that cannot work are refused by `build`, naming themselves.
+#[test]
+fn cluster_settings_that_cannot_work_are_refused() {
+    let refused = |builder: distlock::BackendBuilder| builder.build().unwrap_err().to_string();
+    let err = refused(distlock::Backend::cluster(["a:1", "b:1"]).min_replicas(1));
+    assert!(
+        err.contains("min_replicas is 1 for a Redis Cluster"),
+        "{err}"
+    );
+    let err = refused(distlock::Backend::cluster(["a:1"]).tls_ca_pem(b"x".to_vec()));
+    assert!(err.contains("TLS to cluster nodes"), "{err}");
+    for (url, problem) in [
+        ("redis-cluster://a:1/0", "has `/0` after the nodes"),
+        ("redis-cluster://:hunter2@a:x", "gives `x` as a port"),
+    ] {
+        let err = refused(distlock::Backend::builder(url));
+        assert!(err.contains(problem), "{url}: {err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+    let err = refused(distlock::Backend::redlock([
+        "redis://a:1",
+        "redis-cluster://b:1",
+        "redis://c:1",
+    ]));
+    assert!(err.contains("is not a Redis URL"), "{err}");
+    distlock::Backend::cluster(["a:7000", "b"]).build().unwrap();
 }
 
 /// `slots × per_slot` keys whose lock keys fall in `slots` distinct slots, `per_slot` each.

@@ -13,9 +13,29 @@
 /// // ACL SETUSER locker on >secret <rules>
 /// ```
 pub fn redis_acl_rules(prefix: &str) -> String {
+    format!("{} {}", common_rules(prefix), "+publish")
+}
+
+/// [`redis_acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
+/// `SSUBSCRIBE`, `SUNSUBSCRIBE`) instead of the classic commands, and what the cluster client
+/// needs to follow the cluster (`CLUSTER SLOTS`, `ASKING` for a slot being migrated). Set the
+/// user on every node.
+///
+/// ```
+/// let rules = distlock::redis_cluster_acl_rules("billing");
+/// assert!(rules.contains("+spublish +ssubscribe +sunsubscribe"));
+/// ```
+pub fn redis_cluster_acl_rules(prefix: &str) -> String {
+    format!(
+        "{} +spublish +ssubscribe +sunsubscribe +cluster|slots +asking",
+        common_rules(prefix)
+    )
+}
+
+fn common_rules(prefix: &str) -> String {
     format!(
         "resetkeys ~{prefix}:* resetchannels &{prefix}:* -@all \
          +evalsha +eval +subscribe +unsubscribe +ping \
-         +get +set +setrange +pexpire +pttl +time +publish +wait"
+         +get +set +setrange +pexpire +pttl +time +wait"
     )
 }

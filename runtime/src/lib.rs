@@ -80,7 +80,7 @@ mod watchdog;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use acl::redis_acl_rules;
+pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
 pub use backend::{Backend, BackendBuilder, MIN_LEASE};
 pub use config::{
     ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE,

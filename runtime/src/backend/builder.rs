@@ -17,8 +17,9 @@ use std::time::Duration;
 
 impl Backend {
     /// A builder for a backend at `url`: `redis://host:port/db`, `rediss://…` (feature `tls`),
-    /// `redis+unix:///path` / `unix:///path`, `memory://` for the in-process backend, or
-    /// `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` for the
+    /// `redis+unix:///path` / `unix:///path`, `memory://` for the in-process backend,
+    /// `redis-cluster://[user:password@]host:port[,host:port…]` for a Redis Cluster (seed
+    /// nodes), or `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` for the
     /// primary a Sentinel group names, followed across failovers (the user info is the primary's;
     /// sentinels that require a password of their own take `sentinel_username=…` /
     /// `sentinel_password=…` in the query).
@@ -85,6 +86,29 @@ impl Backend {
             "redis-sentinel://{}/{master_name}",
             sentinels.join(",")
         ))
+    }
+
+    /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
+    /// found from it): the same as [`Backend::builder`] with `redis-cluster://host:port,…` (what
+    /// `DISTLOCK_URL` takes; use that form for credentials).
+    ///
+    /// ```
+    /// let backend = distlock::Backend::cluster(["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"])
+    ///     .prefix("billing")
+    ///     .build()
+    ///     .expect("three seed nodes");
+    /// # let _ = backend;
+    /// ```
+    pub fn cluster<I, S>(nodes: I) -> BackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes
+            .into_iter()
+            .map(|node| node.as_ref().to_owned())
+            .collect();
+        BackendBuilder::new(format!("redis-cluster://{}", nodes.join(",")))
     }
 
     /// A builder for Redlock over independent Redis masters, each a full `redis://` or
