@@ -141,6 +141,14 @@ async fn waiters_are_woken_by_sharded_notifications() {
         handoffs.len()
     );
     assert!(handoffs[handoffs.len() / 2] < Duration::from_millis(100));
+    // The doctor reads a cluster too (the harness's nodes run without persistence).
+    let findings = fx.backend().doctor().await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|finding| finding.check == "persistence"),
+        "{findings:?}"
+    );
     assert_eq!(publishes, 0, "a classic PUBLISH is broadcast to every node");
     assert!(spublishes >= 20, "every waited-on release was announced");
 }

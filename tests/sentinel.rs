@@ -659,6 +659,8 @@ fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
     Backend::sentinel(["a:1", "b:2"], "primary")
         .build()
         .unwrap();
+    // A master name with characters a URL path would end at is escaped, not misread.
+    Backend::sentinel(["a:1"], "odd/name?x#1%").build().unwrap();
     Backend::builder("redis-sentinel://a,b:26380/primary?db=2")
         .min_replicas(2)
         .watchdog_timeout(Duration::from_millis(300))

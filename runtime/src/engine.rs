@@ -60,6 +60,7 @@ pub(crate) enum Ownership {
 }
 
 /// One lease in a batched renewal.
+#[derive(Clone, Copy)]
 pub(crate) struct Renewal<'a> {
     pub(crate) key: &'a str,
     pub(crate) owner: &'a Owner,

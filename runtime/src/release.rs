@@ -165,45 +165,53 @@ struct Abandoned {
 }
 
 impl Abandoned {
-    /// Releases the keys in order, each key's turn passing on once the server has seen it. A key
-    /// whose release fails is tried again after a backoff (capped at the backend's
-    /// `max_backoff`) until its lease would have expired: the server may be back (a new primary
-    /// named) long before the TTL ends.
+    /// Releases the keys in order, each key's turn passing on once the server has seen it (or
+    /// has failed to). A key whose release fails goes on being tried on its own — after a
+    /// backoff capped at the backend's `max_backoff`, until its lease would have expired: the
+    /// server may be back (a new primary named, a cluster shard promoted) long before the TTL
+    /// ends — while the keys behind it go ahead.
     async fn finish(mut self, front_sent: bool) {
         let mut maybe_released = front_sent;
-        while let Some(lease) = self.leases.front() {
-            let mut backoff = Backoff::new(self.backend.inner.settings.max_backoff);
-            loop {
-                let Err(err) = release_one(&self.backend, lease, maybe_released).await else {
-                    break;
-                };
-                // A failed round trip may have run: from now on "gone" means released.
-                maybe_released = true;
-                let left = lease
-                    .valid_until()
-                    .saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    tracing::warn!(
-                        target: "distlock::release",
-                        error = %err,
-                        "background release failed until the lease ran out; the lock expires \
-                         by its TTL"
-                    );
-                    break;
-                }
-                tracing::debug!(
-                    target: "distlock::release",
-                    error = %err,
-                    "background release failed; trying again until the lease would have expired"
-                );
-                tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
-            }
+        while let Some(lease) = self.leases.front().cloned() {
+            let released = release_one(&self.backend, &lease, maybe_released).await;
+            // Done with (or handed to its own retries): no longer this task's to count as left
+            // to expire.
+            self.leases.pop_front();
             maybe_released = false;
-            let lease = self
-                .leases
-                .pop_front()
-                .expect("the front was just borrowed");
             lease.pass_turn();
+            if released.is_err() {
+                let backend = self.backend.clone();
+                tokio::spawn(retry_until_expiry(backend, lease));
+            }
+        }
+    }
+}
+
+/// Tries again to release a lock whose release failed, after backoffs capped at `max_backoff`,
+/// until it succeeds or the lease would have expired anyway. A failed round trip may have run,
+/// so "gone" counts as released.
+async fn retry_until_expiry(backend: Backend, lease: Arc<HeldLease>) {
+    let mut backoff = Backoff::new(backend.inner.settings.max_backoff);
+    loop {
+        let left = lease
+            .valid_until()
+            .saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            tracing::warn!(
+                target: "distlock::release",
+                key = %lease.key,
+                "the release kept failing until the lease ran out; the lock expires by its TTL"
+            );
+            return;
+        }
+        tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
+        match release_one(&backend, &lease, true).await {
+            Ok(_) => return,
+            Err(err) => tracing::debug!(
+                target: "distlock::release",
+                error = %err,
+                "background release failed; trying again until the lease would have expired"
+            ),
         }
     }
 }

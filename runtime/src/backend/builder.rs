@@ -82,10 +82,18 @@ impl Backend {
             .into_iter()
             .map(|sentinel| sentinel.as_ref().to_owned())
             .collect();
-        BackendBuilder::new(format!(
-            "redis-sentinel://{}/{master_name}",
-            sentinels.join(",")
-        ))
+        // The name is the URL's path: characters that would end it are escaped.
+        let name: String = master_name
+            .chars()
+            .map(|c| match c {
+                '%' => "%25".to_owned(),
+                '/' => "%2F".to_owned(),
+                '?' => "%3F".to_owned(),
+                '#' => "%23".to_owned(),
+                c => c.to_string(),
+            })
+            .collect();
+        BackendBuilder::new(format!("redis-sentinel://{}/{name}", sentinels.join(",")))
     }
 
     /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
@@ -563,6 +571,10 @@ impl BackendBuilder {
         let timeout = self
             .replica_timeout
             .unwrap_or_else(|| Duration::from_millis(200).min(self.watchdog_timeout / 4));
+        let which = match self.replica_timeout {
+            Some(_) => "",
+            None => " (the default: 200ms, or a quarter of watchdog_timeout)",
+        };
         if timeout < Duration::from_millis(1)
             || timeout >= self.timeouts.response
             || timeout * 3 >= self.watchdog_timeout
@@ -570,8 +582,8 @@ impl BackendBuilder {
             return Err(LockError::invalid_config(
                 "replica_timeout",
                 format!(
-                    "is {}; it must be at least 1ms, less than response_timeout ({}) so the \
-                     WAIT answers before the reply counts as lost, and less than a third of \
+                    "is {}{which}; it must be at least 1ms, less than response_timeout ({}) so \
+                     the WAIT answers before the reply counts as lost, and less than a third of \
                      watchdog_timeout ({})",
                     humantime::format_duration(timeout),
                     humantime::format_duration(self.timeouts.response),

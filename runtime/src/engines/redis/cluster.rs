@@ -11,7 +11,9 @@
 //! and each master gets its calls as one pipeline — one round trip per master holding leases per
 //! period. A slot that answers `MOVED` (it migrated since the map was read) is renewed again on
 //! its own, routed by the client to the new owner, and the map is read again: a lease is renewed
-//! where its slot lives, or reported lost — never left unrenewed.
+//! where its slot lives, or stays undecided (renewed again at the next chance) until its
+//! validity runs out and it is reported lost. A master that does not answer costs only the
+//! leases on it: each master's round is bounded by two response timeouts.
 //!
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
@@ -52,11 +54,15 @@ pub(crate) struct ClusterEngine {
     /// Which master owns each slot, as `CLUSTER SLOTS` said; empty until read, and emptied
     /// when a renewal finds a slot elsewhere.
     owners: Mutex<SlotOwners>,
+    timeouts: Timeouts,
     /// Renewal round trips (pipelines and single calls) sent, for tests of the grouping.
     renewal_round_trips: AtomicU64,
     hooks: SharedHooks,
     publish_refused: AtomicBool,
 }
+
+/// Per slot of a renewal: the leases' places in the batch, and what renewing them found.
+type SlotAnswers = Vec<(Vec<usize>, EngineResult<Vec<Option<Ownership>>>)>;
 
 /// The leases of one slot in a renewal: their lock keys and their places in the batch.
 struct SlotLeases {
@@ -97,6 +103,7 @@ impl ClusterEngine {
             prefix: config.prefix.to_owned(),
             fence_counter_ttl: config.fence_counter_ttl,
             owners: Mutex::default(),
+            timeouts: config.timeouts,
             renewal_round_trips: AtomicU64::new(0),
             hooks: config.hooks,
             publish_refused: AtomicBool::new(false),
@@ -150,11 +157,7 @@ impl ClusterEngine {
     /// routed by the client. A node without the script (first use, a promoted replica) gets the
     /// pipeline once more, its first call carrying the source, which loads it for the others.
     /// Answers per slot, in order.
-    async fn renew_on_master(
-        &self,
-        slots: Vec<SlotLeases>,
-        batch: &[Renewal<'_>],
-    ) -> Vec<(Vec<usize>, EngineResult<Vec<Option<Ownership>>>)> {
+    async fn renew_on_master(&self, slots: Vec<SlotLeases>, batch: &[Renewal<'_>]) -> SlotAnswers {
         let all: Vec<usize> = (0..slots.len()).collect();
         let mut replies = self.renewal_pipeline(&slots, &all, batch, false).await;
         let unloaded: Vec<usize> = replies
@@ -169,24 +172,26 @@ impl ClusterEngine {
                 replies[index] = reply;
             }
         }
-        let mut answers = Vec::with_capacity(slots.len());
-        for (SlotLeases { locks, indices, .. }, reply) in slots.into_iter().zip(replies) {
-            let parsed = reply.map(|reply| Node::renew_answers(reply, indices.len()));
-            let answer = match parsed {
-                Some(Ok(found)) => Ok(found.into_iter().map(Some).collect()),
-                // Elsewhere now, or not answered: once more, on its own, routed by the client to
-                // the slot's current owner; and read the map again.
-                _ => {
-                    self.forget_owners();
-                    self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
-                    let items: Vec<Renewal<'_>> =
-                        indices.iter().map(|&i| renewal(&batch[i])).collect();
-                    self.node.renew(&locks, &items).await
-                }
-            };
-            answers.push((indices, answer));
-        }
-        answers
+        // Slots elsewhere now, or not answered: once more each, on its own (all at once),
+        // routed by the client to the slot's current owner; and the map is read again.
+        let answers = slots
+            .into_iter()
+            .zip(replies)
+            .map(|(leases, reply)| async move {
+                let parsed = reply.map(|reply| Node::renew_answers(reply, leases.indices.len()));
+                let answer = match parsed {
+                    Some(Ok(found)) => Ok(found.into_iter().map(Some).collect()),
+                    _ => {
+                        self.forget_owners();
+                        self.renewal_round_trips.fetch_add(1, Ordering::Relaxed);
+                        let items: Vec<Renewal<'_>> =
+                            leases.indices.iter().map(|&i| batch[i]).collect();
+                        self.node.renew(&leases.locks, &items).await
+                    }
+                };
+                (leases.indices, answer)
+            });
+        join_all(answers).await
     }
 
     /// One pipeline of `renew.lua` calls, for the slots at `which`, to the master of the first
@@ -202,8 +207,7 @@ impl ClusterEngine {
         let mut pipe = redis::pipe();
         for (position, &index) in which.iter().enumerate() {
             let leases = &slots[index];
-            let items: Vec<Renewal<'_>> =
-                leases.indices.iter().map(|&i| renewal(&batch[i])).collect();
+            let items: Vec<Renewal<'_>> = leases.indices.iter().map(|&i| batch[i]).collect();
             pipe.add_command(Node::renew_command(
                 &leases.locks,
                 &items,
@@ -232,14 +236,6 @@ impl ClusterEngine {
 /// A `NOSCRIPT` error reply: the node does not have the script (yet).
 fn is_noscript(reply: &Value) -> bool {
     matches!(reply, Value::ServerError(err) if err.code() == "NOSCRIPT")
-}
-
-fn renewal<'a>(item: &Renewal<'a>) -> Renewal<'a> {
-    Renewal {
-        key: item.key,
-        owner: item.owner,
-        ttl: item.ttl,
-    }
 }
 
 /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]` → `(start, end,
@@ -359,9 +355,21 @@ impl Engine for ClusterEngine {
                     indices,
                 });
             }
-            let rounds = by_master
-                .into_values()
-                .map(|slots| self.renew_on_master(slots, batch));
+            // Each master's round is bounded, so that a master that does not answer (blackholed,
+            // not refusing) costs the leases on it a renewal, never those on the others: its
+            // leases stay undecided and are renewed again soon.
+            let bound = self.timeouts.response * 2;
+            let rounds = by_master.into_values().map(|slots| {
+                let undecided: SlotAnswers = slots
+                    .iter()
+                    .map(|leases| (leases.indices.clone(), Ok(vec![None; leases.indices.len()])))
+                    .collect();
+                async move {
+                    tokio::time::timeout(bound, self.renew_on_master(slots, batch))
+                        .await
+                        .unwrap_or(undecided)
+                }
+            });
             let mut answers: Vec<Option<Ownership>> = vec![None; batch.len()];
             let mut failures = Vec::new();
             for (indices, answer) in join_all(rounds).await.into_iter().flatten() {

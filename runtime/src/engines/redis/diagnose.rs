@@ -66,8 +66,9 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
     if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
         return Some(Advice::Other(format!(
             "the Redis user lacks a permission distlock needs; grant it the rules \
-             `distlock::redis_acl_rules(\"{prefix}\")` returns (keys and release channels under \
-             the prefix, the scripts, SUBSCRIBE and PUBLISH)"
+             `distlock::redis_acl_rules(\"{prefix}\")` returns — on a Redis Cluster, \
+             `distlock::redis_cluster_acl_rules(\"{prefix}\")`, on every node — (keys and \
+             release channels under the prefix, the scripts, (S)SUBSCRIBE and (S)PUBLISH)"
         )));
     }
     if err.kind() == redis::ErrorKind::AuthenticationFailed

@@ -48,18 +48,35 @@ impl Authority {
             if host.is_empty() {
                 return Err(problem(format!("lists an empty {host_kind} address")));
             }
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
-                    let port = port.parse::<u16>().map_err(|_| {
-                        problem(format!(
-                            "gives `{port}` as a port for the {host_kind} `{name}`"
-                        ))
-                    })?;
-                    (name, port)
-                }
-                _ => (host, default_port),
+            // `[v6]` or `[v6]:port`; otherwise `host` or `host:port`.
+            let (name, port) = match host.strip_prefix('[') {
+                Some(bracketed) => match bracketed.split_once(']') {
+                    Some((name, "")) => (name, None),
+                    Some((name, rest)) => match rest.strip_prefix(':') {
+                        Some(port) => (name, Some(port)),
+                        None => {
+                            return Err(problem(format!(
+                                "lists `{host}`, with `{rest}` after the address"
+                            )))
+                        }
+                    },
+                    None => {
+                        return Err(problem(format!("lists `{host}`, an unclosed `[` address")))
+                    }
+                },
+                None => match host.rsplit_once(':') {
+                    Some((name, port)) => (name, Some(port)),
+                    None => (host, None),
+                },
             };
-            let name = name.trim_start_matches('[').trim_end_matches(']');
+            let port = match port {
+                Some(port) => port.parse::<u16>().map_err(|_| {
+                    problem(format!(
+                        "gives `{port}` as a port for the {host_kind} `{name}`"
+                    ))
+                })?,
+                None => default_port,
+            };
             if name.is_empty() {
                 return Err(problem(format!("lists a {host_kind} with no host")));
             }
@@ -89,4 +106,34 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(authority: &str) -> Result<Vec<(String, u16)>, String> {
+        let problem = |what: String| LockError::invalid_config("url", what);
+        Authority::parse(authority, 26379, "sentinel", &problem)
+            .map(|parsed| parsed.hosts)
+            .map_err(|err| err.to_string())
+    }
+
+    #[test]
+    fn hosts_with_and_without_ports_v4_v6_and_names() {
+        assert_eq!(
+            hosts("a,b:1,[::1],[::2]:7").unwrap(),
+            vec![
+                ("a".to_owned(), 26379),
+                ("b".to_owned(), 1),
+                ("::1".to_owned(), 26379),
+                ("::2".to_owned(), 7)
+            ]
+        );
+        assert!(hosts("[::1").unwrap_err().contains("unclosed"));
+        assert!(hosts("[::1]x")
+            .unwrap_err()
+            .contains("with `x` after the address"));
+        assert!(hosts("[]:1").unwrap_err().contains("with no host"));
+    }
 }

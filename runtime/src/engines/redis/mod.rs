@@ -2,6 +2,7 @@
 //! SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per server, TLS settings, and
 //! errors with advice.
 
+pub(crate) mod alive;
 pub(crate) mod batches;
 pub(crate) mod cluster;
 pub(crate) mod cluster_spec;

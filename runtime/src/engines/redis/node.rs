@@ -10,6 +10,7 @@
 //! cluster client, which routes each script call to the node owning its keys' slot (and follows
 //! `MOVED`/`ASK`).
 
+use super::alive::AliveFlag;
 use super::diagnose;
 use super::sentinel::SentinelTarget;
 pub(crate) use super::timeouts::Timeouts;
@@ -68,6 +69,16 @@ pub(crate) struct Node {
     /// How a release announces itself: `PUBLISH`, or `SPUBLISH` (sharded, Redis Cluster).
     publish: &'static str,
     connection: Mutex<Option<Bound>>,
+    /// One connection attempt at a time.
+    opening: tokio::sync::Mutex<()>,
+    /// Connection attempts finished, so that callers that waited behind a failed one fail with
+    /// it instead of trying again one after another.
+    attempts: std::sync::atomic::AtomicU64,
+    /// Cleared when the tokio runtime this node's connections are bound to shuts down; one
+    /// per runtime, not one per connection.
+    runtime: Mutex<Option<Arc<AtomicBool>>>,
+    /// Numbers the connections, so that a failure drops only the connection it happened on.
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 /// Which server a node talks to.
@@ -119,6 +130,7 @@ impl ConnectionLike for Conn {
 /// runtime (a test's runtime, say); `alive` notices, and the next call opens a new one.
 #[derive(Clone)]
 struct Bound {
+    id: u64,
     conn: Conn,
     /// The server's client, for connections of other kinds (pub/sub); shared, so that taking
     /// the connection for a call allocates nothing. `None` for a cluster.
@@ -126,14 +138,6 @@ struct Bound {
     alive: Arc<AtomicBool>,
     /// The Sentinel generation the server was named in (0 for a fixed server).
     generation: u64,
-}
-
-struct AliveFlag(Arc<AtomicBool>);
-
-impl Drop for AliveFlag {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
 }
 
 impl Node {
@@ -144,39 +148,38 @@ impl Node {
         timeouts: Timeouts,
         prefix: &str,
     ) -> Result<Node, LockError> {
-        Ok(Node {
-            target: Target::Fixed(Box::new(tls::client(url, tls)?)),
-            prefix: prefix.to_owned(),
-            timeouts,
-            replica_ack: None,
-            publish: "PUBLISH",
-            connection: Mutex::new(None),
-        })
+        let client = tls::client(url, tls)?;
+        Ok(Node::new(Target::Fixed(Box::new(client)), timeouts, prefix))
     }
 
     /// A node for the primary of a Sentinel group (found on first use, followed across
     /// failovers).
     pub(crate) fn sentinel(target: Arc<SentinelTarget>, timeouts: Timeouts, prefix: &str) -> Node {
-        Node {
-            target: Target::Sentinel(target),
-            prefix: prefix.to_owned(),
-            timeouts,
-            replica_ack: None,
-            publish: "PUBLISH",
-            connection: Mutex::new(None),
-        }
+        Node::new(Target::Sentinel(target), timeouts, prefix)
     }
 
     /// A node for a whole Redis Cluster (connected on first use); releases announce themselves
     /// with `SPUBLISH`, on the shard that owns the lock's slot.
     pub(crate) fn cluster(client: ClusterClient, timeouts: Timeouts, prefix: &str) -> Node {
+        Node::new(Target::Cluster(Box::new(client)), timeouts, prefix)
+    }
+
+    fn new(target: Target, timeouts: Timeouts, prefix: &str) -> Node {
+        let publish = match target {
+            Target::Cluster(_) => "SPUBLISH",
+            _ => "PUBLISH",
+        };
         Node {
-            target: Target::Cluster(Box::new(client)),
+            target,
             prefix: prefix.to_owned(),
             timeouts,
             replica_ack: None,
-            publish: "SPUBLISH",
+            publish,
             connection: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            attempts: std::sync::atomic::AtomicU64::new(0),
+            runtime: Mutex::new(None),
+            next_id: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -230,10 +233,32 @@ impl Node {
     }
 
     /// The open connection, or a new one (for Sentinel: to the primary the sentinels name now).
+    /// One attempt at a time: callers that arrive meanwhile take its connection, or its failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons an attempt in progress (the next caller makes a new one);
+    /// nothing is left half open.
     async fn connection(&self) -> EngineResult<Bound> {
         if let Some(bound) = self.live() {
             return Ok(bound);
         }
+        let attempts_seen = self.attempts.load(Ordering::Acquire);
+        let _one_at_a_time = self.opening.lock().await;
+        if let Some(bound) = self.live() {
+            return Ok(bound);
+        }
+        if self.attempts.load(Ordering::Acquire) != attempts_seen {
+            return Err(EngineFailure {
+                ambiguous: false,
+                source: format!("{}: the connection attempt just failed", self.address()).into(),
+            });
+        }
+        let opened = self.open_connection().await;
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+        opened
+    }
+
+    async fn open_connection(&self) -> EngineResult<Bound> {
         let (client, generation) = match &self.target {
             Target::Cluster(client) => return self.bind_cluster(client).await,
             Target::Fixed(client) => ((**client).clone(), 0),
@@ -266,10 +291,7 @@ impl Node {
             return;
         }
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        if slot
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(&current.alive, &bound.alive))
-        {
+        if slot.as_ref().is_some_and(|current| current.id == bound.id) {
             *slot = None;
         }
     }
@@ -285,14 +307,7 @@ impl Node {
             .set_max_delay(Duration::from_millis(250));
         let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|err| self.failure(err))?;
-        let alive = runtime_flag();
-        let bound = Bound {
-            conn: Conn::Server(manager),
-            client: Some(Arc::new(client)),
-            alive,
-            generation,
-        };
-        Ok(self.keep(bound))
+        Ok(self.keep(Conn::Server(manager), Some(Arc::new(client)), generation))
     }
 
     /// Connects to the cluster (one reachable node is enough; the others are found from it).
@@ -307,19 +322,38 @@ impl Node {
                 })
             }
         };
-        let bound = Bound {
-            conn: Conn::Cluster(conn),
-            client: None,
-            alive: runtime_flag(),
-            generation: 0,
-        };
-        Ok(self.keep(bound))
+        Ok(self.keep(Conn::Cluster(conn), None, 0))
     }
 
-    fn keep(&self, bound: Bound) -> Bound {
+    /// Makes `conn` the node's connection.
+    fn keep(&self, conn: Conn, client: Option<Arc<redis::Client>>, generation: u64) -> Bound {
+        let bound = Bound {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            conn,
+            client,
+            alive: self.runtime_flag(),
+            generation,
+        };
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(bound.clone());
         bound
+    }
+
+    /// The flag of the current runtime: cleared when it shuts down (and with it the tasks of
+    /// every connection opened on it). Made once per runtime.
+    fn runtime_flag(&self) -> Arc<AtomicBool> {
+        let mut current = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(flag) = current.as_ref().filter(|flag| flag.load(Ordering::Acquire)) {
+            return flag.clone();
+        }
+        let alive = Arc::new(AtomicBool::new(true));
+        let flag = AliveFlag(alive.clone());
+        tokio::spawn(async move {
+            let _flag = flag;
+            std::future::pending::<()>().await;
+        });
+        *current = Some(alive.clone());
+        alive
     }
 
     /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
@@ -486,6 +520,9 @@ impl Node {
             .filter(|(_, answer)| matches!(answer, Ok(Acquired::Yes { .. })))
             .map(|(item, _)| (item.lock.clone(), item.owner.clone()))
             .collect();
+        if granted.is_empty() {
+            return answers;
+        }
         // The marker keeps the token granted (and taken back) as the one the next must exceed.
         let released = self
             .release_many(&granted, ack.marker_ttl, HANDOFF_WINDOW)
@@ -727,18 +764,6 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
          publish on the channel); releases still happen, but waiters in other processes learn \
          of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
     );
-}
-
-/// A flag cleared when the current tokio runtime shuts down: a connection opened on it dies
-/// with it.
-fn runtime_flag() -> Arc<AtomicBool> {
-    let alive = Arc::new(AtomicBool::new(true));
-    let flag = AliveFlag(alive.clone());
-    tokio::spawn(async move {
-        let _flag = flag;
-        std::future::pending::<()>().await;
-    });
-    alive
 }
 
 /// Whether `err` may mean the server is no longer the primary: it is unreachable, dropped the

@@ -181,11 +181,10 @@ impl Subscriber {
         {
             return Ok((link.sink.clone(), link.epoch));
         }
-        let open = async {
-            let client = self.node.current_client().await?;
-            client.get_async_pubsub().await
-        };
-        let pubsub = tokio::time::timeout(self.timeouts.connect, open).await??;
+        // The node bounds its own lookup (a Sentinel asks the sentinels, within its timeout).
+        let client = self.node.current_client().await?;
+        let pubsub =
+            tokio::time::timeout(self.timeouts.connect, client.get_async_pubsub()).await??;
         let (sink, mut stream) = pubsub.split();
         let epoch = self.channels.new_link();
         let alive = Arc::new(AtomicBool::new(true));

@@ -9,6 +9,7 @@
 //!
 //! [`Node`]: super::node::Node
 
+use super::alive::AliveFlag;
 use super::hosts::{percent_decode, Authority};
 use super::timeouts::Timeouts;
 use crate::error::LockError;
@@ -71,8 +72,11 @@ impl SentinelSpec {
             password,
             hosts: sentinels,
         } = Authority::parse(authority, SENTINEL_PORT, "sentinel", &problem)?;
-        let master_name = percent_decode(path.trim_end_matches('/'))
-            .filter(|name| !name.is_empty() && !name.contains('/'))
+        let path = path.trim_end_matches('/');
+        let master_name = Some(path)
+            .filter(|path| !path.contains('/'))
+            .and_then(percent_decode)
+            .filter(|name| !name.is_empty())
             .ok_or_else(|| problem("names no master (the path after the sentinels)".into()))?;
         let mut spec = SentinelSpec {
             sentinels,
@@ -158,8 +162,9 @@ pub(crate) struct SentinelTarget {
     generation: AtomicU64,
     /// Told of every switch (the pub/sub connection, which then moves to the new primary).
     on_switch: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
-    /// Cleared when the announcement listener ends (its runtime shut down, say).
-    listening: Mutex<Option<Arc<AtomicBool>>>,
+    /// The announcement listener: cleared when it ends (its runtime shut down, say), aborted
+    /// when the target is dropped.
+    listening: Mutex<Option<(Arc<AtomicBool>, tokio::task::AbortHandle)>>,
     hooks: SharedHooks,
 }
 
@@ -205,8 +210,7 @@ impl SentinelTarget {
     pub(crate) async fn resolve(self: &Arc<Self>) -> redis::RedisResult<(redis::Client, u64)> {
         self.keep_listening();
         let generation = self.generation();
-        let mut sentinels = self.client.lock().await;
-        let lookup = sentinels.async_get_client();
+        let lookup = async { self.client.lock().await.async_get_client().await };
         match tokio::time::timeout(self.timeouts.connect * 2, lookup).await {
             Ok(client) => Ok((client?, generation)),
             Err(_) => Err(redis::RedisError::from((
@@ -220,7 +224,7 @@ impl SentinelTarget {
         let mut listening = lock(&self.listening);
         if listening
             .as_ref()
-            .is_some_and(|alive| alive.load(Ordering::Acquire))
+            .is_some_and(|(alive, _)| alive.load(Ordering::Acquire))
         {
             return;
         }
@@ -228,12 +232,13 @@ impl SentinelTarget {
             return;
         };
         let alive = Arc::new(AtomicBool::new(true));
-        *listening = Some(alive.clone());
         let target = Arc::downgrade(self);
-        runtime.spawn(async move {
-            let _alive = AliveFlag(alive);
+        let flag = AliveFlag(alive.clone());
+        let task = runtime.spawn(async move {
+            let _alive = flag;
             listen(target).await;
         });
+        *listening = Some((alive, task.abort_handle()));
     }
 
     fn switched(&self) {
@@ -309,11 +314,12 @@ async fn listen(target: Weak<SentinelTarget>) {
     }
 }
 
-struct AliveFlag(Arc<AtomicBool>);
-
-impl Drop for AliveFlag {
+impl Drop for SentinelTarget {
+    /// The listener holds a connection to a sentinel; it ends with the backend.
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        if let Some((_, task)) = lock(&self.listening).take() {
+            task.abort();
+        }
     }
 }
 

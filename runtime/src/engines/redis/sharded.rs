@@ -35,7 +35,17 @@ pub(crate) struct ShardedSubscriber {
 struct Link {
     conn: ClusterConnection,
     epoch: u64,
-    alive: Arc<AtomicBool>,
+    /// What the link's pushes go to; ending it ends the link.
+    pushes: Arc<Pushes>,
+    /// A task of the link's runtime that ends the link if the runtime shuts down (the
+    /// connection's own tasks die with it, silently).
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Link {
+    fn is_alive(&self) -> bool {
+        self.pushes.alive.load(Ordering::Acquire)
+    }
 }
 
 impl ShardedSubscriber {
@@ -71,8 +81,14 @@ impl ShardedSubscriber {
         let subscribed = async {
             let mut link = self.link.lock().await;
             let (mut conn, epoch) = self.connect(&mut link).await?;
-            conn.ssubscribe(channel).await?;
-            redis::RedisResult::Ok(epoch)
+            let subscribed = conn.ssubscribe(channel).await;
+            if let (Err(err), Some(current)) = (&subscribed, link.as_ref()) {
+                if err.is_io_error() || err.is_connection_dropped() {
+                    // Broken under us: the next subscription opens a new link.
+                    current.pushes.end();
+                }
+            }
+            subscribed.map(|()| epoch)
         };
         match tokio::time::timeout(self.timeouts.connect * 2, subscribed).await {
             Ok(Ok(epoch)) => {
@@ -105,34 +121,41 @@ impl ShardedSubscriber {
         &self,
         link: &mut Option<Link>,
     ) -> redis::RedisResult<(ClusterConnection, u64)> {
-        if let Some(current) = link
-            .as_ref()
-            .filter(|current| current.alive.load(Ordering::Acquire))
-        {
+        if let Some(current) = link.as_ref().filter(|current| current.is_alive()) {
             return Ok((current.conn.clone(), current.epoch));
         }
+        if let Some(dead) = link.take() {
+            dead.watcher.abort();
+        }
+        // An epoch drawn for an attempt that fails (or is cancelled) is never used; harmless.
         let epoch = self.channels.new_link();
-        let alive = Arc::new(AtomicBool::new(true));
-        let pushes = Pushes {
+        let pushes = Arc::new(Pushes {
             channels: self.channels.clone(),
             epoch,
-            alive: alive.clone(),
-        };
+            alive: Arc::new(AtomicBool::new(true)),
+        });
+        let callback = pushes.clone();
         let client = self
             .spec
             .builder(self.timeouts)
             .use_protocol(redis::ProtocolVersion::RESP3)
             .push_sender(move |push: PushInfo| -> Result<(), ()> {
-                pushes.handle(push);
+                callback.handle(push);
                 Ok(())
             })
             .build()?;
         let conn = client.get_async_connection().await?;
         self.channels.link_up(epoch);
+        let ender = EndOnDrop(pushes.clone());
+        let watcher = tokio::spawn(async move {
+            let _ender = ender;
+            std::future::pending::<()>().await;
+        });
         *link = Some(Link {
             conn: conn.clone(),
             epoch,
-            alive,
+            pushes,
+            watcher: watcher.abort_handle(),
         });
         Ok((conn, epoch))
     }
@@ -143,10 +166,7 @@ impl ShardedSubscriber {
         if self.channels.is_watched(&channel) {
             return;
         }
-        if let Some(current) = link
-            .as_ref()
-            .filter(|current| current.alive.load(Ordering::Acquire))
-        {
+        if let Some(current) = link.as_ref().filter(|current| current.is_alive()) {
             let mut conn = current.conn.clone();
             let _ = tokio::time::timeout(self.timeouts.response, conn.sunsubscribe(&channel)).await;
         }
@@ -162,6 +182,15 @@ impl ShardedSubscriber {
             };
             runtime.spawn(async move { me.unsubscribe(channel).await });
         })
+    }
+}
+
+impl Drop for ShardedSubscriber {
+    /// The link's watcher task ends with the backend.
+    fn drop(&mut self) {
+        if let Some(link) = self.link.get_mut().take() {
+            link.watcher.abort();
+        }
     }
 }
 
@@ -201,6 +230,16 @@ impl Pushes {
         if self.alive.swap(false, Ordering::AcqRel) {
             self.channels.link_lost(self.epoch);
         }
+    }
+}
+
+/// Ends its link when dropped: held by a task of the link's runtime, so a runtime that shuts
+/// down (and takes the connection's tasks with it) ends the link.
+struct EndOnDrop(Arc<Pushes>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.end();
     }
 }
 
