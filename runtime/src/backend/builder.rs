@@ -78,10 +78,6 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let sentinels: Vec<String> = sentinels
-            .into_iter()
-            .map(|sentinel| sentinel.as_ref().to_owned())
-            .collect();
         // The name is the URL's path: characters that would end it are escaped.
         let name: String = master_name
             .chars()
@@ -93,7 +89,7 @@ impl Backend {
                 c => c.to_string(),
             })
             .collect();
-        BackendBuilder::new(format!("redis-sentinel://{}/{name}", sentinels.join(",")))
+        BackendBuilder::new(format!("redis-sentinel://{}/{name}", comma_list(sentinels)))
     }
 
     /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
@@ -112,11 +108,7 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let nodes: Vec<String> = nodes
-            .into_iter()
-            .map(|node| node.as_ref().to_owned())
-            .collect();
-        BackendBuilder::new(format!("redis-cluster://{}", nodes.join(",")))
+        BackendBuilder::new(format!("redis-cluster://{}", comma_list(nodes)))
     }
 
     /// A builder for Redlock over independent Redis masters, each a full `redis://` or
@@ -723,6 +715,19 @@ fn masters(url: &str) -> Vec<String> {
             }
         }
     }
+}
+
+/// `a,b,c`.
+fn comma_list<I, S>(items: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let items: Vec<String> = items
+        .into_iter()
+        .map(|item| item.as_ref().to_owned())
+        .collect();
+    items.join(",")
 }
 
 fn scheme(url: &str) -> Option<&str> {

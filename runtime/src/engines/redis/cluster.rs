@@ -18,7 +18,7 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
+use super::node::{settle_release, Node, HANDOFF_WINDOW};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
@@ -26,7 +26,7 @@ use crate::doctor::Finding;
 use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
-use crate::key::{channel_of, lock_name, KeyNames};
+use crate::key::{lock_name, KeyNames};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{join_all, BoxFuture};
@@ -278,22 +278,8 @@ impl Engine for ClusterEngine {
         asker: Asker,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
-            let call = LockCall {
-                lock: lock_name(&self.prefix, key),
-                owner: owner.clone(),
-                ttl,
-                asker,
-            };
-            let mut answers = self
-                .node
-                .acquire_many(std::slice::from_ref(&call), 1)
-                .await?;
-            answers.pop().unwrap_or_else(|| {
-                Err(crate::engine::EngineFailure {
-                    ambiguous: false,
-                    source: "no answer to acquire".into(),
-                })
-            })
+            let names = KeyNames::new(&self.prefix, key);
+            self.node.acquire(&names, owner, ttl, 1, asker).await
         })
     }
 
@@ -303,26 +289,17 @@ impl Engine for ClusterEngine {
         owner: &'a Owner,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
-            let lock = lock_name(&self.prefix, key);
+            let names = KeyNames::new(&self.prefix, key);
             let reply = self
                 .node
-                .release_many(
-                    &[(lock.clone(), owner.clone())],
-                    self.fence_counter_ttl,
-                    self.handoff_window(),
-                )
+                .release(&names, owner, self.fence_counter_ttl, self.handoff_window())
                 .await?;
-            match reply.first() {
-                Some(ReleaseReply::Found(ownership)) => Ok(*ownership),
-                Some(ReleaseReply::ReleasedUnannounced) => {
-                    report_refused_publish(&self.publish_refused, &self.prefix, &channel_of(&lock));
-                    Ok(Ownership::Ours)
-                }
-                None => Err(crate::engine::EngineFailure {
-                    ambiguous: false,
-                    source: "no answer to release".into(),
-                }),
-            }
+            Ok(settle_release(
+                reply,
+                &self.publish_refused,
+                &self.prefix,
+                &names.lock,
+            ))
         })
     }
 

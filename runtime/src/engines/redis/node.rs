@@ -750,6 +750,23 @@ impl Node {
     }
 }
 
+/// What a release found, for one server's engine: a release the server could not announce is
+/// reported (once per engine) and counts as done.
+pub(crate) fn settle_release(
+    reply: ReleaseReply,
+    reported: &AtomicBool,
+    prefix: &str,
+    lock: &str,
+) -> Ownership {
+    match reply {
+        ReleaseReply::Found(ownership) => ownership,
+        ReleaseReply::ReleasedUnannounced => {
+            report_refused_publish(reported, prefix, &crate::key::channel_of(lock));
+            Ownership::Ours
+        }
+    }
+}
+
 /// The release script could not announce a release: say so, once per engine, loudly — the
 /// release itself stands.
 pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channel: &str) {

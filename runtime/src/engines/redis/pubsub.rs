@@ -61,8 +61,38 @@ impl Drop for LinkEnd {
     }
 }
 
+/// What a subscription attempt on the link with epoch `Ok(epoch)` came to: confirmed there; a
+/// transient failure leaves it unconfirmed (the waiter's backoff carries it until it subscribes
+/// again); a refusal is the error.
+pub(crate) fn settle(
+    channels: &Channels,
+    channel: &str,
+    prefix: &str,
+    subscribed: Result<u64, Failure>,
+) -> EngineResult<()> {
+    match subscribed {
+        Ok(epoch) => {
+            channels.confirm(channel, epoch);
+            Ok(())
+        }
+        Err(Failure::Transient(err)) => {
+            tracing::debug!(
+                target: "distlock::wait",
+                channel,
+                error = %err,
+                "release notifications unavailable for now; waiting on backoff until the next subscription"
+            );
+            Ok(())
+        }
+        Err(Failure::Permanent(err)) => Err(EngineFailure {
+            ambiguous: false,
+            ..diagnose::failure(err, prefix)
+        }),
+    }
+}
+
 /// Why a subscription could not be confirmed.
-enum Failure {
+pub(crate) enum Failure {
     /// A timeout or a broken connection: the next try may work.
     Transient(String),
     /// The server refused (NOPERM, an unknown command): trying again cannot help.
@@ -119,29 +149,14 @@ impl Subscriber {
     /// Dropping the future after the SUBSCRIBE was sent leaves the server subscribed until the
     /// channel's last local waiter leaves, which unsubscribes (in order, after the SUBSCRIBE).
     pub(crate) async fn subscribe_and_confirm(&self, channel: &str) -> EngineResult<()> {
-        match self.subscribe(channel).await {
-            Ok(epoch) => {
-                let delay = hooks::read(&self.hooks).confirm_delay;
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                self.channels.confirm(channel, epoch);
-                Ok(())
+        let subscribed = self.subscribe(channel).await;
+        if subscribed.is_ok() {
+            let delay = hooks::read(&self.hooks).confirm_delay;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
             }
-            Err(Failure::Transient(err)) => {
-                tracing::debug!(
-                    target: "distlock::wait",
-                    channel,
-                    error = %err,
-                    "release notifications unavailable for now; waiting on backoff until the next subscription"
-                );
-                Ok(())
-            }
-            Err(Failure::Permanent(err)) => Err(EngineFailure {
-                ambiguous: false,
-                ..diagnose::failure(err, &self.prefix)
-            }),
         }
+        settle(&self.channels, channel, &self.prefix, subscribed)
     }
 
     /// Channels with at least one local waiter.

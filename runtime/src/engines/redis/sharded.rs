@@ -12,9 +12,9 @@
 //! one whose slot moved; ending the link covers every case the same way.)
 
 use super::cluster_spec::ClusterSpec;
-use super::diagnose;
+use super::pubsub::{settle, Failure};
 use super::timeouts::Timeouts;
-use crate::engine::{EngineFailure, EngineResult};
+use crate::engine::EngineResult;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -90,26 +90,11 @@ impl ShardedSubscriber {
             }
             subscribed.map(|()| epoch)
         };
-        match tokio::time::timeout(self.timeouts.connect * 2, subscribed).await {
-            Ok(Ok(epoch)) => {
-                self.channels.confirm(channel, epoch);
-                Ok(())
-            }
-            Ok(Err(err)) if diagnose::is_permanent(&err) => Err(EngineFailure {
-                ambiguous: false,
-                ..diagnose::failure(err, &self.prefix)
-            }),
-            Ok(Err(err)) => {
-                tracing::debug!(
-                    target: "distlock::wait",
-                    channel,
-                    error = %err,
-                    "sharded release notifications unavailable for now; waiting on backoff"
-                );
-                Ok(())
-            }
-            Err(_) => Ok(()),
-        }
+        let subscribed = match tokio::time::timeout(self.timeouts.connect * 2, subscribed).await {
+            Ok(subscribed) => subscribed.map_err(Failure::from),
+            Err(elapsed) => Err(Failure::from(elapsed)),
+        };
+        settle(&self.channels, channel, &self.prefix, subscribed)
     }
 
     /// Channels with at least one local waiter.

@@ -8,7 +8,7 @@
 
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
-use super::node::{report_refused_publish, LockCall, Node, ReleaseReply, ReplicaAck, Timeouts};
+use super::node::{settle_release, LockCall, Node, ReplicaAck, Timeouts};
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use super::tls::TlsFiles;
@@ -16,7 +16,7 @@ use crate::doctor::Finding;
 use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::key::{channel_of, lock_name, KeyNames};
+use crate::key::{lock_name, KeyNames};
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::BoxFuture;
@@ -121,15 +121,14 @@ impl Engine for RedisEngine {
         owner: &'a Owner,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
-            let call = (lock_name(&self.prefix, key), owner.clone());
-            match self.releases.submit(call).await? {
-                ReleaseReply::Found(ownership) => Ok(ownership),
-                ReleaseReply::ReleasedUnannounced => {
-                    let channel = channel_of(&lock_name(&self.prefix, key));
-                    report_refused_publish(&self.publish_refused, &self.prefix, &channel);
-                    Ok(Ownership::Ours)
-                }
-            }
+            let lock = lock_name(&self.prefix, key);
+            let reply = self.releases.submit((lock.clone(), owner.clone())).await?;
+            Ok(settle_release(
+                reply,
+                &self.publish_refused,
+                &self.prefix,
+                &lock,
+            ))
         })
     }
 
