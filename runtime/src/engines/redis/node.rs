@@ -71,9 +71,11 @@ pub(crate) struct Node {
     connection: Mutex<Option<Bound>>,
     /// One connection attempt at a time.
     opening: tokio::sync::Mutex<()>,
-    /// Connection attempts finished, so that callers that waited behind a failed one fail with
-    /// it instead of trying again one after another.
-    attempts: std::sync::atomic::AtomicU64,
+    /// Connection attempts that failed slowly (the sentinels or the cluster did not answer in
+    /// time), so that callers that waited behind one fail with it instead of each waiting as
+    /// long again. A quick failure (a refused connection, a sentinel naming a server that is no
+    /// longer primary mid-failover) is tried again by the next caller.
+    slow_failures: std::sync::atomic::AtomicU64,
     /// Cleared when the tokio runtime this node's connections are bound to shuts down; one
     /// per runtime, not one per connection.
     runtime: Mutex<Option<Arc<AtomicBool>>>,
@@ -177,7 +179,7 @@ impl Node {
             publish,
             connection: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
-            attempts: std::sync::atomic::AtomicU64::new(0),
+            slow_failures: std::sync::atomic::AtomicU64::new(0),
             runtime: Mutex::new(None),
             next_id: std::sync::atomic::AtomicU64::new(0),
         }
@@ -233,7 +235,8 @@ impl Node {
     }
 
     /// The open connection, or a new one (for Sentinel: to the primary the sentinels name now).
-    /// One attempt at a time: callers that arrive meanwhile take its connection, or its failure.
+    /// One attempt at a time: callers that arrive meanwhile take its connection, or its failure
+    /// if it failed slowly.
     ///
     /// # Cancel safety
     /// Dropping the future abandons an attempt in progress (the next caller makes a new one);
@@ -242,19 +245,26 @@ impl Node {
         if let Some(bound) = self.live() {
             return Ok(bound);
         }
-        let attempts_seen = self.attempts.load(Ordering::Acquire);
+        let slow_failures_seen = self.slow_failures.load(Ordering::Acquire);
         let _one_at_a_time = self.opening.lock().await;
         if let Some(bound) = self.live() {
             return Ok(bound);
         }
-        if self.attempts.load(Ordering::Acquire) != attempts_seen {
+        if self.slow_failures.load(Ordering::Acquire) != slow_failures_seen {
             return Err(EngineFailure {
                 ambiguous: false,
-                source: format!("{}: the connection attempt just failed", self.address()).into(),
+                source: format!(
+                    "{}: the connection attempt just made timed out",
+                    self.address()
+                )
+                .into(),
             });
         }
+        let started = std::time::Instant::now();
         let opened = self.open_connection().await;
-        self.attempts.fetch_add(1, Ordering::AcqRel);
+        if opened.is_err() && started.elapsed() >= self.timeouts.connect {
+            self.slow_failures.fetch_add(1, Ordering::AcqRel);
+        }
         opened
     }
 
@@ -395,7 +405,11 @@ impl Node {
             other => other,
         };
         let (reply, acknowledged) = sent.map_err(|err| {
-            self.after_failure(&bound, &err);
+            // A reply late behind a WAIT (replicas slow to acknowledge block the connection on
+            // the server) says nothing about where the primary is.
+            if !(ack.is_some() && err.is_timeout()) {
+                self.after_failure(&bound, &err);
+            }
             self.failure(err)
         })?;
         let reply = T::from_redis_value(reply).map_err(|err| EngineFailure {

@@ -17,7 +17,7 @@ use crate::hooks::{self, SharedHooks};
 use crate::redact::redact_url;
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::ConnectionAddr;
+use redis::{ConnectionAddr, IntoConnectionInfo};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -137,6 +137,33 @@ impl SentinelSpec {
         builder.build()
     }
 
+    /// A client for the primary at `host:port`, with the primary's credentials and database.
+    fn primary_client(&self, host: String, port: u16) -> redis::RedisResult<redis::Client> {
+        let mut info = redis::RedisConnectionInfo::default().set_db(self.db);
+        if let Some(user) = &self.username {
+            info = info.set_username(user);
+        }
+        if let Some(pass) = &self.password {
+            info = info.set_password(pass);
+        }
+        let addr = ConnectionAddr::Tcp(host, port);
+        redis::Client::open(addr.into_connection_info()?.set_redis_settings(info))
+    }
+
+    /// A client for sentinel `index` (modulo their number), with the sentinels' credentials.
+    fn sentinel_client(&self, index: usize) -> redis::RedisResult<redis::Client> {
+        let (host, port) = &self.sentinels[index % self.sentinels.len()];
+        let mut info = redis::RedisConnectionInfo::default();
+        if let Some(user) = &self.sentinel_username {
+            info = info.set_username(user);
+        }
+        if let Some(pass) = &self.sentinel_password {
+            info = info.set_password(pass);
+        }
+        let addr = ConnectionAddr::Tcp(host.clone(), *port);
+        redis::Client::open(addr.into_connection_info()?.set_redis_settings(info))
+    }
+
     /// `master NAME via sentinels host:port,…`, for messages.
     pub(crate) fn describe(&self) -> String {
         let sentinels: Vec<String> = self
@@ -162,6 +189,10 @@ pub(crate) struct SentinelTarget {
     generation: AtomicU64,
     /// Told of every switch (the pub/sub connection, which then moves to the new primary).
     on_switch: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+    /// The new primary the last switch announced, until the next lookup takes it: right after a
+    /// switch, a sentinel that has not caught up would still name the old primary, which (in a
+    /// failover with the old primary alive) still answers `ROLE` as a primary for a moment.
+    announced: Mutex<Option<(String, u16)>>,
     /// The announcement listener: cleared when it ends (its runtime shut down, say), aborted
     /// when the target is dropped.
     listening: Mutex<Option<(Arc<AtomicBool>, tokio::task::AbortHandle)>>,
@@ -183,6 +214,7 @@ impl SentinelTarget {
             client: tokio::sync::Mutex::new(client),
             generation: AtomicU64::new(0),
             on_switch: Mutex::default(),
+            announced: Mutex::default(),
             listening: Mutex::default(),
             hooks,
         }))
@@ -210,6 +242,9 @@ impl SentinelTarget {
     pub(crate) async fn resolve(self: &Arc<Self>) -> redis::RedisResult<(redis::Client, u64)> {
         self.keep_listening();
         let generation = self.generation();
+        if let Some((host, port)) = lock(&self.announced).take() {
+            return Ok((self.spec.primary_client(host, port)?, generation));
+        }
         let lookup = async { self.client.lock().await.async_get_client().await };
         match tokio::time::timeout(self.timeouts.connect * 2, lookup).await {
             Ok(client) => Ok((client?, generation)),
@@ -241,7 +276,8 @@ impl SentinelTarget {
         *listening = Some((alive, task.abort_handle()));
     }
 
-    fn switched(&self) {
+    fn switched(&self, new_primary: Option<(String, u16)>) {
+        *lock(&self.announced) = new_primary;
         self.generation.fetch_add(1, Ordering::AcqRel);
         for hook in lock(&self.on_switch).iter() {
             hook();
@@ -252,18 +288,17 @@ impl SentinelTarget {
 /// Follows `+switch-master` on one sentinel after another, for as long as the target lives.
 async fn listen(target: Weak<SentinelTarget>) {
     let mut retry = Duration::from_millis(20);
+    // The sentinel tried first: the next one after each attempt, so that a sentinel that is
+    // down (or drops the connection) is not asked again and again.
+    let mut next = 0;
     loop {
         let Some(strong) = target.upgrade() else {
             return;
         };
+        let sentinel = strong.spec.sentinel_client(next);
+        next += 1;
         let connected = async {
-            let client = strong
-                .client
-                .lock()
-                .await
-                .async_get_sentinel_client()
-                .await?;
-            let mut pubsub = client.get_async_pubsub().await?;
+            let mut pubsub = sentinel?.get_async_pubsub().await?;
             pubsub.subscribe(SWITCH_MASTER).await?;
             redis::RedisResult::Ok(pubsub)
         };
@@ -292,7 +327,15 @@ async fn listen(target: Weak<SentinelTarget>) {
                         announcement = %payload,
                         "the sentinels switched the primary; connections move to the new one"
                     );
-                    target.switched();
+                    // "<name> <old ip> <old port> <new ip> <new port>"
+                    let mut fields = payload.split(' ').skip(3);
+                    let new_primary = match (fields.next(), fields.next()) {
+                        (Some(ip), Some(port)) => {
+                            port.parse().ok().map(|port| (ip.to_owned(), port))
+                        }
+                        _ => None,
+                    };
+                    target.switched(new_primary);
                 }
             }
             Ok(Err(err)) => tracing::debug!(
