@@ -1,11 +1,12 @@
 //! One conformance suite, run against every backend: the in-process backend, one real Redis,
 //! Redlock over three real masters, and a Sentinel group (a primary, a replica acknowledging
 //! every grant and renewal, three sentinels), and a Redis Cluster of three masters and three
-//! replicas — all started by the harness for each test — must behave alike.
+//! replicas, and one Valkey 8.1 server — all started by the harness for each test — must behave
+//! alike.
 
 mod common;
 
-use common::{Cluster, Fixture, InProcess, Redlock, Sentinel, SingleRedis};
+use common::{Cluster, Fixture, InProcess, Redlock, Sentinel, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -35,6 +36,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Redlock>().await;
+                }
+            )*
+        }
+        mod valkey {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Valkey>().await;
                 }
             )*
         }

@@ -324,6 +324,52 @@ impl Fixture for Sentinel {
     }
 }
 
+/// One Valkey server (8.1 here), the backend on it as on Redis.
+pub struct Valkey {
+    pub server: RedisServer,
+    backend: Backend,
+    builder: BackendBuilder,
+}
+
+impl Fixture for Valkey {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        let server = RedisServer::start_with(distlock_test_support::ServerConfig::new().valkey());
+        let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
+        Valkey {
+            backend: builder.clone().build().expect("valid valkey settings"),
+            builder,
+            server,
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    async fn forget_fence_counter(&self, key: &str) {
+        assert!(
+            forget_marker(&self.server, &SingleRedis::lock_key(key)),
+            "the released lock left its token marker"
+        );
+    }
+
+    async fn pttl(&self, key: &str) -> Option<Duration> {
+        held_pttl(&self.server, &SingleRedis::lock_key(key))
+    }
+
+    fn contender(&self) -> Backend {
+        self.builder.clone().build().unwrap()
+    }
+
+    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
+        held_lock_keys(&self.server)
+    }
+
+    fn kind(&self) -> &'static str {
+        "valkey"
+    }
+}
+
 /// A Redis Cluster of three masters with one replica each; the backend talks to it through
 /// redis-rs's cluster client.
 pub struct Cluster {

@@ -54,5 +54,5 @@ pub use ports::{free_cluster_port, free_port};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
 pub use sentinel::{SentinelGroup, MASTER_NAME};
-pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV};
+pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV, VALKEY_SERVER_ENV};
 pub use tls::TestPki;

@@ -72,9 +72,18 @@ const RESERVED: &[&str] = &[
 pub struct ServerConfig {
     args: Vec<(String, String)>,
     replica_of: Option<u16>,
+    /// Run `valkey-server` instead of `redis-server`.
+    valkey: bool,
 }
 
 impl ServerConfig {
+    /// Runs Valkey (`valkey-server`, or the binary named by `DISTLOCK_VALKEY_SERVER`) instead of
+    /// Redis, with the same options.
+    pub fn valkey(mut self) -> Self {
+        self.valkey = true;
+        self
+    }
+
     /// The default configuration.
     pub fn new() -> Self {
         Self::default()
@@ -137,7 +146,12 @@ impl ServerConfig {
     }
 
     fn command(&self, port: u16, dir: &Path) -> Command {
-        let mut command = Command::new(redis_server_binary());
+        let binary = if self.valkey {
+            std::env::var_os(VALKEY_SERVER_ENV).unwrap_or_else(|| OsString::from("valkey-server"))
+        } else {
+            redis_server_binary()
+        };
+        let mut command = Command::new(binary);
         command
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -532,6 +546,10 @@ pub(crate) enum Failure {
     Other(String),
 }
 
+/// Environment variable naming the `valkey-server` binary ([`ServerConfig::valkey`]); without it
+/// `valkey-server` is looked up on `PATH`.
+pub const VALKEY_SERVER_ENV: &str = "DISTLOCK_VALKEY_SERVER";
+
 /// The `redis-server` binary: [`REDIS_SERVER_ENV`] if set, else from `PATH`.
 pub(crate) fn redis_server_binary() -> OsString {
     std::env::var_os(REDIS_SERVER_ENV).unwrap_or_else(|| OsString::from("redis-server"))
@@ -541,7 +559,8 @@ pub(crate) fn redis_server_binary() -> OsString {
 fn launch(config: &ServerConfig, port: u16, dir: &Path) -> Result<Arc<Child>, Failure> {
     let child = Child::spawn(config.command(port, dir)).map_err(|e| {
         Failure::Other(format!(
-            "cannot run redis-server ({e}); install it (e.g. `apt-get install redis-server`) \
+            "cannot run the server ({e}); install it (`apt-get install redis-server`; for \
+             Valkey, scripts/test.sh fetches `valkey-server`) \
              or point {REDIS_SERVER_ENV} at the binary"
         ))
     })?;
