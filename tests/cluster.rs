@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Cluster, Fixture, SingleRedis, PREFIX};
+use common::{command_calls, until_shard_subscribers, Cluster, Fixture, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Lock, LockError};
 use distlock_test_support::{RedisCluster, RedisServer, Reply};
@@ -536,34 +536,4 @@ fn keys_sharing_slots(slots: usize, per_slot: usize) -> Vec<String> {
         }
     }
     by_slot.into_values().flatten().collect()
-}
-
-/// Calls of `command` on `server` (`INFO commandstats`; commands run by scripts included).
-fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let info = server.command(&["INFO", "commandstats"]).as_str().unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
-/// Waits (at most 5 s) until `key`'s channel has `n` sharded subscribers on `server`. The server
-/// announces no subscription, so this asks every 5 ms.
-async fn until_shard_subscribers(server: &RedisServer, key: &str, n: i64) {
-    let channel = format!("{PREFIX}:{{{key}}}:released");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let count = match server.command(&["PUBSUB", "SHARDNUMSUB", &channel]) {
-            Reply::Array(Some(items)) => items[1].as_int().unwrap(),
-            other => panic!("PUBSUB SHARDNUMSUB: {other:?}"),
-        };
-        if count == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{channel} has {count} shard subscribers, never {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -7,7 +7,7 @@ pub mod worker;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
-use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup};
+use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig};
 use std::time::{Duration, Instant};
 
 /// A task that waits up to `wait` for `key` on `backend`, releases it at once, and returns when
@@ -115,16 +115,48 @@ impl Fixture for InProcess {
     }
 }
 
-pub struct SingleRedis {
+/// One server and a backend on it; the server's kind (Redis, Valkey) is the type parameter.
+pub struct OneServer<K> {
     pub server: RedisServer,
     backend: Backend,
     /// The settings the backend was built with, for more clients like it.
     builder: BackendBuilder,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
+
+/// Which server a [`OneServer`] runs.
+pub trait ServerKind: 'static {
+    const NAME: &'static str;
+    fn config() -> ServerConfig;
+}
+
+pub struct RedisKind;
+
+impl ServerKind for RedisKind {
+    const NAME: &'static str = "redis";
+    fn config() -> ServerConfig {
+        ServerConfig::new()
+    }
+}
+
+/// Valkey (8.1 here), the backend on it as on Redis.
+pub struct ValkeyKind;
+
+impl ServerKind for ValkeyKind {
+    const NAME: &'static str = "valkey";
+    fn config() -> ServerConfig {
+        ServerConfig::new().valkey()
+    }
+}
+
+/// One Redis server.
+pub type SingleRedis = OneServer<RedisKind>;
+/// One Valkey server.
+pub type Valkey = OneServer<ValkeyKind>;
 
 pub const PREFIX: &str = "t";
 
-impl SingleRedis {
+impl<K> OneServer<K> {
     pub fn lock_key(key: &str) -> String {
         format!("{PREFIX}:{{{key}}}")
     }
@@ -136,14 +168,15 @@ impl SingleRedis {
     }
 }
 
-impl Fixture for SingleRedis {
+impl<K: ServerKind> Fixture for OneServer<K> {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let server = RedisServer::start();
+        let server = RedisServer::start_with(K::config());
         let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
-        SingleRedis {
-            backend: builder.clone().build().expect("valid redis settings"),
+        OneServer {
+            backend: builder.clone().build().expect("valid settings"),
             builder,
             server,
+            kind: std::marker::PhantomData,
         }
     }
 
@@ -171,11 +204,11 @@ impl Fixture for SingleRedis {
     }
 
     fn kind(&self) -> &'static str {
-        "redis"
+        K::NAME
     }
 }
 
-impl SingleRedis {
+impl<K> OneServer<K> {
     /// Every lock held under the prefix on the server (the markers of free locks excluded).
     pub fn lock_keys_on_server(&self) -> Vec<String> {
         held_lock_keys(&self.server)
@@ -183,16 +216,18 @@ impl SingleRedis {
 
     /// Calls of `command` the server has executed (`INFO commandstats`), e.g. `evalsha`.
     pub fn command_calls(&self, command: &str) -> u64 {
-        let info = self
-            .server
-            .command(&["INFO", "commandstats"])
-            .as_str()
-            .unwrap();
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+        command_calls(&self.server, command)
     }
+}
+
+/// Calls of `command` `server` has executed (`INFO commandstats`; commands run by scripts
+/// included), e.g. `evalsha`.
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]).as_str().unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
 /// Redlock over three real masters.
@@ -321,52 +356,6 @@ impl Fixture for Sentinel {
 
     fn kind(&self) -> &'static str {
         "sentinel"
-    }
-}
-
-/// One Valkey server (8.1 here), the backend on it as on Redis.
-pub struct Valkey {
-    pub server: RedisServer,
-    backend: Backend,
-    builder: BackendBuilder,
-}
-
-impl Fixture for Valkey {
-    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let server = RedisServer::start_with(distlock_test_support::ServerConfig::new().valkey());
-        let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
-        Valkey {
-            backend: builder.clone().build().expect("valid valkey settings"),
-            builder,
-            server,
-        }
-    }
-
-    fn backend(&self) -> &Backend {
-        &self.backend
-    }
-
-    async fn forget_fence_counter(&self, key: &str) {
-        assert!(
-            forget_marker(&self.server, &SingleRedis::lock_key(key)),
-            "the released lock left its token marker"
-        );
-    }
-
-    async fn pttl(&self, key: &str) -> Option<Duration> {
-        held_pttl(&self.server, &SingleRedis::lock_key(key))
-    }
-
-    fn contender(&self) -> Backend {
-        self.builder.clone().build().unwrap()
-    }
-
-    async fn held_keys(&self, _candidates: &[String]) -> Vec<String> {
-        held_lock_keys(&self.server)
-    }
-
-    fn kind(&self) -> &'static str {
-        "valkey"
     }
 }
 
@@ -528,20 +517,39 @@ pub fn channel(key: &str) -> String {
 
 /// Subscribers of `key`'s release channel on `server` (`PUBSUB NUMSUB`).
 pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
-    match server.command(&["PUBSUB", "NUMSUB", &channel(key)]) {
+    channel_subscribers(server, "NUMSUB", key)
+}
+
+/// Subscribers of `key`'s release channel on `server` counted by `PUBSUB <count>`: `NUMSUB`
+/// (classic) or `SHARDNUMSUB` (sharded, Redis Cluster).
+fn channel_subscribers(server: &RedisServer, count: &str, key: &str) -> i64 {
+    match server.command(&["PUBSUB", count, &channel(key)]) {
         Reply::Array(Some(items)) => items[1].as_int().unwrap(),
-        other => panic!("PUBSUB NUMSUB: {other:?}"),
+        other => panic!("PUBSUB {count}: {other:?}"),
     }
 }
 
 /// Waits (at most 5 s) until `key`'s channel has `n` subscribers on `server`. The server
 /// announces no subscription, so this asks every 5 ms.
 pub async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
+    until_channel_subscribers(server, "NUMSUB", key, n).await
+}
+
+/// [`until_subscribers`] for sharded subscribers (`PUBSUB SHARDNUMSUB`, Redis Cluster).
+pub async fn until_shard_subscribers(server: &RedisServer, key: &str, n: i64) {
+    until_channel_subscribers(server, "SHARDNUMSUB", key, n).await
+}
+
+async fn until_channel_subscribers(server: &RedisServer, count: &str, key: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while subscribers(server, key) != n {
+    loop {
+        let now = channel_subscribers(server, count, key);
+        if now == n {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "{key} never reached {n} subscribers"
+            "{key} has {now} subscribers (PUBSUB {count}), never {n}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

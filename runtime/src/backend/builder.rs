@@ -504,7 +504,7 @@ impl BackendBuilder {
                      point rediss:// at the primary's stable address",
                 ))
             }
-            Some("redis-sentinel") => (
+            Some(scheme @ ("redis" | "rediss" | "unix" | "redis+unix" | "redis-sentinel")) => (
                 Arc::new(RedisEngine::open(RedisConfig {
                     url: &self.url,
                     prefix: &self.prefix,
@@ -514,19 +514,11 @@ impl BackendBuilder {
                     hooks: hooks.clone(),
                     replica_ack,
                 })?),
-                "sentinel",
-            ),
-            Some("redis" | "rediss" | "unix" | "redis+unix") => (
-                Arc::new(RedisEngine::open(RedisConfig {
-                    url: &self.url,
-                    prefix: &self.prefix,
-                    fence_counter_ttl: self.fence_counter_ttl,
-                    timeouts: self.timeouts,
-                    tls: &self.tls,
-                    hooks: hooks.clone(),
-                    replica_ack,
-                })?),
-                "redis",
+                if scheme == "redis-sentinel" {
+                    "sentinel"
+                } else {
+                    "redis"
+                },
             ),
             _ => {
                 return Err(LockError::invalid_config(

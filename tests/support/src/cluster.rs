@@ -16,7 +16,6 @@
 
 use std::ffi::OsString;
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::process::Child;
@@ -141,7 +140,7 @@ impl RedisCluster {
             .arg("cluster-config-file", NODES_FILE)
             .arg("cluster-node-timeout", &timeout_ms.to_string());
         let cluster = RedisCluster {
-            nodes: start_nodes(masters * (1 + replicas), &config),
+            nodes: RedisServer::start_many_with(masters * (1 + replicas), &config),
             node_timeout,
         };
 
@@ -521,24 +520,6 @@ impl RedisCluster {
             .collect::<Vec<_>>()
             .join("\n")
     }
-}
-
-/// Starts `n` servers with `config` in parallel, since each start mostly
-/// waits on the child.
-fn start_nodes(n: usize, config: &ServerConfig) -> Vec<RedisServer> {
-    thread::scope(|scope| {
-        let starts: Vec<_> = (0..n)
-            .map(|_| scope.spawn(|| RedisServer::start_with(config.clone())))
-            .collect();
-        starts
-            .into_iter()
-            .map(|start| {
-                start
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
 }
 
 /// CRC16 with polynomial 0x1021, initial value 0 and no reflection (XMODEM),

@@ -39,12 +39,7 @@ static HANDED_OUT: LazyLock<Mutex<HashSet<u16>>> = LazyLock::new(Mutex::default)
 pub fn free_port() -> u16 {
     let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
     for _ in 0..MAX_ATTEMPTS {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap_or_else(|e| panic!("cannot bind an ephemeral port on 127.0.0.1: {e}"));
-        let port = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("cannot read the address of a bound socket: {e}"))
-            .port();
+        let (_listener, port) = ephemeral();
         if port != DEFAULT_REDIS_PORT && handed_out.insert(port) {
             return port;
         }
@@ -72,12 +67,7 @@ pub fn free_cluster_port() -> u16 {
     for _ in 0..MAX_ATTEMPTS {
         // Held while the bus port is tried, so the kernel cannot answer with
         // the same port twice in a row.
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .unwrap_or_else(|e| panic!("cannot bind an ephemeral port on 127.0.0.1: {e}"));
-        let port = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("cannot read the address of a bound socket: {e}"))
-            .port();
+        let (_listener, port) = ephemeral();
         let Some(bus) = port.checked_add(CLUSTER_BUS_PORT_OFFSET) else {
             continue;
         };
@@ -92,6 +82,18 @@ pub fn free_cluster_port() -> u16 {
         }
     }
     panic!("no loopback port with a free cluster bus port after {MAX_ATTEMPTS} attempts");
+}
+
+/// A socket bound to a port the kernel chose on 127.0.0.1, and that port; the port is free
+/// again once the socket is dropped.
+fn ephemeral() -> (TcpListener, u16) {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap_or_else(|e| panic!("cannot bind an ephemeral port on 127.0.0.1: {e}"));
+    let port = listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("cannot read the address of a bound socket: {e}"))
+        .port();
+    (listener, port)
 }
 
 #[cfg(test)]

@@ -246,8 +246,15 @@ impl RedisServer {
     /// Starts `n` independent masters, in parallel since each start mostly
     /// waits on the child.
     pub fn start_many(n: usize) -> Vec<RedisServer> {
+        Self::start_many_with(n, &ServerConfig::new())
+    }
+
+    /// Starts `n` servers with the same configuration, in parallel.
+    pub fn start_many_with(n: usize, config: &ServerConfig) -> Vec<RedisServer> {
         thread::scope(|scope| {
-            let starts: Vec<_> = (0..n).map(|_| scope.spawn(RedisServer::start)).collect();
+            let starts: Vec<_> = (0..n)
+                .map(|_| scope.spawn(|| RedisServer::start_with(config.clone())))
+                .collect();
             starts
                 .into_iter()
                 .map(|start| {

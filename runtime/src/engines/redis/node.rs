@@ -217,11 +217,7 @@ impl Node {
                 redis::ErrorKind::InvalidClientConfig,
                 "a cluster has no single server to open a connection to",
             ))),
-            Err(failure) => Err(redis::RedisError::from((
-                redis::ErrorKind::Io,
-                "no connection",
-                failure.source.to_string(),
-            ))),
+            Err(failure) => Err(no_connection(failure)),
         }
     }
 
@@ -745,16 +741,7 @@ impl Node {
     }
 
     async fn raw_query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
-        let bound = match self.connection().await {
-            Ok(bound) => bound,
-            Err(failure) => {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "no connection",
-                    failure.source.to_string(),
-                )))
-            }
-        };
+        let bound = self.connection().await.map_err(no_connection)?;
         let mut conn = bound.conn.clone();
         let reply = cmd.query_async(&mut conn).await;
         if let Err(err) = &reply {
@@ -795,6 +782,15 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
          publish on the channel); releases still happen, but waiters in other processes learn \
          of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
     );
+}
+
+/// A connection that could not be opened, as the redis-rs error its callers handle.
+fn no_connection(failure: EngineFailure) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "no connection",
+        failure.source.to_string(),
+    ))
 }
 
 /// Whether `err` may mean the server is no longer the primary: it is unreachable, dropped the
