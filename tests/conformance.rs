@@ -83,6 +83,9 @@ conformance!(
     abort_drops_the_body_when_the_lease_is_lost,
     max_hold_stops_renewal,
     over_long_keys_are_rejected,
+    the_holder_label_is_stored_with_the_lock,
+    list_finds_the_held_locks_matching_a_pattern,
+    force_unlock_removes_any_holder_and_fences_it_out,
 );
 
 /// `future`'s output, or a panic naming the deadline: a broken implementation fails the test
@@ -639,4 +642,111 @@ async fn over_long_keys_are_rejected<F: Fixture>() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::InvalidKey { .. }), "{err:?}");
+}
+
+/// "Who holds it" has an answer: the backend's label (never the owner token) is written with
+/// every lock, shown by inspect and kept through renewals; an empty label writes none.
+async fn the_holder_label_is_stored_with_the_lock<F: Fixture>() {
+    let fx = F::start(|b| b.holder_label("billing-worker 3 (blue)"));
+    let key = unique_key("label");
+    let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let holder = fx.backend().inspect(&key).await.unwrap().expect("held");
+    assert_eq!(holder.label.as_deref(), Some("billing-worker 3 (blue)"));
+    assert!(!holder.waited_on, "{holder:?}");
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+    // The label follows the owner token in the value: renewal and release still match the owner.
+    let renewed = Lock::new(&key).on(fx.backend()).acquire().await;
+    assert!(renewed.unwrap_err().is_busy());
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+
+    let unlabelled = F::start(|b| b.holder_label(""));
+    let _held = Lock::new(&key)
+        .on(unlabelled.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let holder = unlabelled
+        .backend()
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("held");
+    assert_eq!(holder.label, None);
+}
+
+async fn list_finds_the_held_locks_matching_a_pattern<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let scope = unique_key("list");
+    let short = Lock::new(format!("{scope}:a"))
+        .on(fx.backend())
+        .lease(Lease::Fixed(Duration::from_secs(20)))
+        .acquire()
+        .await
+        .unwrap();
+    let long = Lock::new(format!("{scope}:b"))
+        .on(fx.backend())
+        .lease(Lease::Fixed(Duration::from_secs(40)))
+        .acquire()
+        .await
+        .unwrap();
+    let _elsewhere = Lock::new(format!("other-{scope}"))
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    // A released lock leaves a token marker, which is not a held lock.
+    let released = Lock::new(format!("{scope}:c"))
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    released.release().await.unwrap();
+
+    let held = fx.backend().list(&format!("{scope}:*")).await.unwrap();
+    let keys: Vec<&str> = held.iter().map(|lock| lock.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [format!("{scope}:a"), format!("{scope}:b")],
+        "soonest to expire first"
+    );
+    assert_eq!(held[0].holder.fencing_token, short.fencing_token());
+    assert_eq!(held[1].holder.fencing_token, long.fencing_token());
+    short.release().await.unwrap();
+    let held = fx.backend().list(&format!("{scope}:?")).await.unwrap();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].key, format!("{scope}:b"));
+}
+
+/// An operator breaks a stuck lock: it is free at once, the next token is larger than the
+/// removed holder's, and the removed holder learns at its next renewal that its lease is gone.
+async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
+    let fx = F::start(|b| b.watchdog_timeout(Duration::from_millis(600)));
+    let other = fx.contender();
+    let key = unique_key("unlock");
+    let stuck = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let removed = other
+        .force_unlock(&key)
+        .await
+        .unwrap()
+        .expect("it was held");
+    assert_eq!(removed.fencing_token, stuck.fencing_token());
+    assert_eq!(fx.backend().inspect(&key).await.unwrap(), None);
+    assert_eq!(other.force_unlock(&key).await.unwrap(), None, "free now");
+
+    let next = Lock::new(&key).on(&other).acquire().await.unwrap();
+    assert!(next.fencing_token() > stuck.fencing_token());
+    let lost = within(Duration::from_secs(3), stuck.lost()).await;
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Stolen | LostReason::Gone,
+                ..
+            }
+        ),
+        "the removed holder is told: {lost:?}"
+    );
+    assert!(!stuck.is_held());
+    assert_eq!(stuck.release().await.unwrap(), Released::TakenOver);
+    next.release().await.unwrap();
 }

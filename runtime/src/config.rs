@@ -1,5 +1,5 @@
 //! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`,
-//! `DISTLOCK_PREFIX`, replica acknowledgement and TLS files.
+//! `DISTLOCK_PREFIX`, `DISTLOCK_HOLDER_LABEL`, replica acknowledgement and TLS files.
 
 use crate::backend::{Backend, MIN_LEASE};
 use crate::error::LockError;
@@ -27,6 +27,9 @@ pub const ENV_TLS_CA_FILE: &str = "DISTLOCK_TLS_CA_FILE";
 pub const ENV_TLS_CERT_FILE: &str = "DISTLOCK_TLS_CERT_FILE";
 /// The private key (PEM) of [`ENV_TLS_CERT_FILE`].
 pub const ENV_TLS_KEY_FILE: &str = "DISTLOCK_TLS_KEY_FILE";
+/// Who this process is, written with every lock it takes (default `hostname:pid`; empty: none).
+/// See [`BackendBuilder::holder_label`](crate::BackendBuilder::holder_label).
+pub const ENV_HOLDER_LABEL: &str = "DISTLOCK_HOLDER_LABEL";
 
 /// Builds a backend from the environment; `Ok(None)` when `DISTLOCK_URL` is not set.
 pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
@@ -67,6 +70,17 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         })?;
         builder = builder.replica_timeout(timeout);
     }
+    // Set but empty means "no label", unlike the other variables.
+    match std::env::var(ENV_HOLDER_LABEL) {
+        Ok(label) => builder = builder.holder_label(label),
+        Err(std::env::VarError::NotPresent) => {}
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(LockError::invalid_config(
+                ENV_HOLDER_LABEL,
+                "is not valid UTF-8",
+            ))
+        }
+    }
     if let Some(ca) = var(ENV_TLS_CA_FILE)? {
         builder = builder.tls_ca_file(ca);
     }
@@ -88,6 +102,7 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
                 "tls_client_auth_files" => format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
                 "min_replicas" => ENV_MIN_REPLICAS.to_owned(),
                 "replica_timeout" => ENV_REPLICA_TIMEOUT.to_owned(),
+                "holder_label" => ENV_HOLDER_LABEL.to_owned(),
                 _ => setting,
             };
             LockError::invalid_config(setting, problem)

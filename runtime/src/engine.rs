@@ -5,6 +5,7 @@
 //! their own constructors (`engines/`) and handed to a [`Backend`](crate::Backend).
 
 use crate::doctor::Finding;
+use crate::key_events::KeyEventSender;
 use crate::owner::Owner;
 use crate::wait::ReleaseWatch;
 use futures_util::future::BoxFuture;
@@ -72,6 +73,7 @@ pub(crate) struct Renewal<'a> {
 /// Its `Debug` output shows only the first six characters of the owner token, which is a
 /// credential.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// The holder's owner token. It is a credential (whoever has it can release the lock): keep
     /// it out of logs.
@@ -80,6 +82,17 @@ pub struct Holder {
     pub fencing_token: u64,
     /// How long the lock lives unless renewed.
     pub ttl: Duration,
+    /// The holder's label ([`BackendBuilder::holder_label`](crate::BackendBuilder::holder_label):
+    /// `hostname:pid` by default), written with the lock so operators can tell who holds it;
+    /// `None` when the holder wrote none.
+    pub label: Option<String>,
+    /// `true` when a caller was told the lock is busy since it was taken (its release will
+    /// announce itself).
+    pub waited_on: bool,
+    /// Processes waiting for the release: connections subscribed to the lock's release channel
+    /// (one per process, however many of its tasks wait).
+    /// `None` when the server would not count them (an ACL without `PUBSUB`).
+    pub waiting: Option<u64>,
 }
 
 impl std::fmt::Debug for Holder {
@@ -89,6 +102,9 @@ impl std::fmt::Debug for Holder {
             .field("owner", &format_args!("{shown}…"))
             .field("fencing_token", &self.fencing_token)
             .field("ttl", &self.ttl)
+            .field("label", &self.label)
+            .field("waited_on", &self.waited_on)
+            .field("waiting", &self.waiting)
             .finish()
     }
 }
@@ -171,4 +187,24 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// Server settings that weaken locks.
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>>;
+
+    /// Keys (without the prefix) under the prefix matching the glob `pattern` that may hold a
+    /// lock: found with `SCAN` (never `KEYS`) on every server; free token markers are among them,
+    /// the caller inspects each.
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>>;
+
+    /// Removes `key`'s lock whoever holds it, leaving a token marker above its token and waking
+    /// its waiters; the holder removed (`None`: it was free).
+    fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>>;
+
+    /// Follows `key`'s keyspace notifications on every server holding it, sending them to
+    /// `events` until nobody listens; resolves once the subscriptions are in force. Without
+    /// notifications enabled on a server it fails naming the setting, unless `enable` (then it
+    /// adds the flags it needs to `notify-keyspace-events`).
+    fn follow<'a>(
+        &'a self,
+        key: &'a str,
+        enable: bool,
+        events: KeyEventSender,
+    ) -> BoxFuture<'a, EngineResult<()>>;
 }

@@ -60,9 +60,12 @@ mod engine;
 mod engines;
 mod error;
 mod fenced;
+mod glob;
 mod guard;
 mod hooks;
 mod key;
+mod key_events;
+mod label;
 mod lease;
 mod lock;
 mod owner;
@@ -81,10 +84,13 @@ mod watchdog;
 pub mod __private;
 
 pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
-pub use backend::{Backend, BackendBuilder, MIN_LEASE};
+pub use backend::{
+    Backend, BackendBuilder, HeldLock, LockEvent, LockEventKind, LockEvents, Notifications,
+    MIN_LEASE,
+};
 pub use config::{
-    ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE,
-    ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
+    ENV_HOLDER_LABEL, ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE,
+    ENV_TLS_CERT_FILE, ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
 };
 pub use context::{checkpoint, fencing_token, is_held};
 pub use doctor::Finding;

@@ -1,5 +1,5 @@
 //! A lock key's value as the runtime's scripts lay it out (`runtime/src/scripts/acquire.lua`):
-//! `L<token> <owner>` held, `W<token> <owner>` held and waited on, `F<token>` free (the marker a
+//! `L<token> <owner>[ <label>]` held, `W<token> <owner>[ <label>]` held and waited on, `F<token>` free (the marker a
 //! release leaves so the next token is larger), `P<token> <until>` free and left to the waiters
 //! the release notified until then (`Q`: and someone was turned away meanwhile).
 
@@ -12,10 +12,12 @@ pub enum Cell {
     Absent,
     /// Released; the next token must exceed `last_token`.
     Free { last_token: u64 },
-    /// Held by `owner` with `token`; `waited` once someone was told it is busy.
+    /// Held by `owner` with `token`; `waited` once someone was told it is busy; `label` the
+    /// holder label written with it (empty: none).
     Held {
         token: u64,
         owner: String,
+        label: String,
         waited: bool,
     },
 }
@@ -68,9 +70,11 @@ pub fn parse(value: &str) -> Cell {
         },
         "L" | "W" => {
             let (token, owner) = rest.split_once(' ').expect("`<token> <owner>`");
+            let (owner, label) = owner.split_once(' ').unwrap_or((owner, ""));
             Cell::Held {
                 token: token.parse().expect("a numeric token"),
                 owner: owner.to_owned(),
+                label: label.to_owned(),
                 waited: state == "W",
             }
         }

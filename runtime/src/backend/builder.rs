@@ -10,6 +10,7 @@ use crate::engines::redis::tls::{read_pem, TlsFiles};
 use crate::engines::redlock::{quorum, RedlockConfig, RedlockEngine};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
+use crate::label::{check_label, default_label};
 use crate::redact::redact_url;
 use std::path::Path;
 use std::sync::Arc;
@@ -168,6 +169,8 @@ pub struct BackendBuilder {
     /// How long to wait for them; `None` until set (default 200 ms, or a quarter of the lease TTL
     /// when that is less).
     replica_timeout: Option<Duration>,
+    /// `None` until set: `hostname:pid`.
+    holder_label: Option<String>,
     tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
     tls_error: Option<(&'static str, String)>,
@@ -196,6 +199,7 @@ impl std::fmt::Debug for BackendBuilder {
             .field("master_timeout", &self.master_timeout)
             .field("min_replicas", &self.min_replicas)
             .field("replica_timeout", &self.replica_timeout)
+            .field("holder_label", &self.holder_label)
             .field("tls", &self.tls)
             .finish()
     }
@@ -216,6 +220,7 @@ impl BackendBuilder {
             master_timeout: None,
             min_replicas: 0,
             replica_timeout: None,
+            holder_label: None,
             tls: TlsFiles::default(),
             tls_error: None,
         }
@@ -326,6 +331,24 @@ impl BackendBuilder {
         self
     }
 
+    /// Who this process is, in words an operator recognises: written with every lock it takes,
+    /// shown by [`Backend::inspect`] and `distlock inspect`/`list`, so "who holds it" has an
+    /// answer. Default `hostname:pid`; `""` writes none. At most 128 bytes of one line of text
+    /// (no control characters). Never put secrets in it: anyone who can read the lock keys sees
+    /// it.
+    ///
+    /// ```
+    /// let backend = distlock::Backend::in_process_builder()
+    ///     .holder_label("billing-worker-3")
+    ///     .build()
+    ///     .expect("a valid label");
+    /// # let _ = backend;
+    /// ```
+    pub fn holder_label(mut self, label: impl Into<String>) -> Self {
+        self.holder_label = Some(label.into());
+        self
+    }
+
     /// How long one connection attempt may take. Default 1 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.timeouts.connect = timeout;
@@ -418,6 +441,13 @@ impl BackendBuilder {
         if let Some((setting, problem)) = self.tls_error {
             return Err(LockError::invalid_config(setting, problem));
         }
+        let holder_label = match &self.holder_label {
+            Some(label) => {
+                check_label(label)?;
+                label.clone()
+            }
+            None => default_label(),
+        };
         let replica_ack = self.replica_ack()?;
         let hooks = SharedHooks::default();
         let masters = masters(&self.url);
@@ -433,7 +463,7 @@ impl BackendBuilder {
             ));
         }
         if masters.len() > 1 {
-            let engine = self.redlock_engine(&masters, hooks.clone())?;
+            let engine = self.redlock_engine(&masters, hooks.clone(), &holder_label)?;
             return Ok(Backend::assemble(engine, self.settings(), hooks, "redlock"));
         }
         if let Some(timeout) = self.master_timeout {
@@ -466,7 +496,10 @@ impl BackendBuilder {
                 ))
             }
             Some("memory") => (
-                Arc::new(InProcessEngine::new(self.fence_counter_ttl)),
+                Arc::new(InProcessEngine::new(
+                    self.fence_counter_ttl,
+                    &holder_label,
+                )),
                 "in-process",
             ),
             Some("redis-cluster") if replica_ack.is_some() => {
@@ -493,6 +526,7 @@ impl BackendBuilder {
                     fence_counter_ttl: self.fence_counter_ttl,
                     timeouts: self.timeouts,
                     hooks: hooks.clone(),
+                    holder_label: &holder_label,
                 })?),
                 "cluster",
             ),
@@ -513,6 +547,7 @@ impl BackendBuilder {
                     tls: &self.tls,
                     hooks: hooks.clone(),
                     replica_ack,
+                    holder_label: &holder_label,
                 })?),
                 if scheme == "redis-sentinel" {
                     "sentinel"
@@ -597,6 +632,7 @@ impl BackendBuilder {
         &self,
         masters: &[String],
         hooks: SharedHooks,
+        holder_label: &str,
     ) -> Result<Arc<dyn Engine>, LockError> {
         let listed = || {
             masters
@@ -654,6 +690,7 @@ impl BackendBuilder {
             drift_factor: self.drift_factor,
             tls: &self.tls,
             hooks,
+            holder_label,
         })?;
         if let Some(twice) = engine.duplicate_master() {
             return Err(LockError::invalid_config(

@@ -103,6 +103,12 @@ impl Backend {
         self.inner.name.get().map_or("unregistered", String::as_str)
     }
 
+    /// What kind of backend this is: `"redis"`, `"sentinel"`, `"cluster"`, `"redlock"` or
+    /// `"in-process"`.
+    pub fn kind(&self) -> &'static str {
+        self.inner.kind
+    }
+
     /// The key namespace of this backend.
     pub fn prefix(&self) -> &str {
         &self.inner.settings.prefix

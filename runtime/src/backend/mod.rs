@@ -3,6 +3,8 @@
 
 pub(crate) mod builder;
 pub(crate) mod handle;
+pub(crate) mod operator;
 
 pub use builder::BackendBuilder;
 pub use handle::{Backend, MIN_LEASE};
+pub use operator::{HeldLock, LockEvent, LockEventKind, LockEvents, Notifications};

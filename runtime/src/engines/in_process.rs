@@ -6,7 +6,11 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
-use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{
+    Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
+};
+use crate::glob::glob_match;
+use crate::key_events::KeyEventSender;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
@@ -20,6 +24,8 @@ pub(crate) struct InProcessEngine {
     fence_counter_ttl: Duration,
     /// Release notifications for local waiters, by key.
     channels: Arc<Channels>,
+    /// The holder label of every lock (`None`: none).
+    label: Option<String>,
 }
 
 #[derive(Default)]
@@ -45,11 +51,12 @@ struct Entry {
 const SWEEP_EVERY: usize = 1024;
 
 impl InProcessEngine {
-    pub(crate) fn new(fence_counter_ttl: Duration) -> Self {
+    pub(crate) fn new(fence_counter_ttl: Duration, label: &str) -> Self {
         InProcessEngine {
             state: Mutex::new(State::default()),
             fence_counter_ttl,
             channels: Arc::new(Channels::in_process()),
+            label: Some(label.to_owned()).filter(|label| !label.is_empty()),
         }
     }
 
@@ -197,11 +204,16 @@ impl Engine for InProcessEngine {
     }
 
     fn inspect<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        // Every waiter is in this process: it is waited on while a task waits.
+        let waited_on = self.channels.is_watched(key);
         let holder = self.with_state(|state, now| {
             Self::live(state, key, now).map(|entry| Holder {
                 owner: entry.owner.as_str().to_owned(),
                 fencing_token: entry.fence,
                 ttl: entry.expires_at - now,
+                label: self.label.clone(),
+                waited_on,
+                waiting: Some(u64::from(waited_on)),
             })
         });
         Box::pin(future::ready(Ok(holder)))
@@ -227,6 +239,55 @@ impl Engine for InProcessEngine {
         // Nothing to configure: the map lives and dies with the process, as documented.
         Box::pin(future::ready(Ok(Vec::new())))
     }
+
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
+        let keys = self.with_state(|state, now| {
+            let mut keys: Vec<String> = state
+                .locks
+                .iter()
+                .filter(|(key, entry)| entry.expires_at > now && glob_match(pattern, key))
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.sort_unstable();
+            keys
+        });
+        Box::pin(future::ready(Ok(keys)))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        let removed = self.with_state(|state, now| {
+            let entry = Self::live(state, key, now)?;
+            let holder = Holder {
+                owner: entry.owner.as_str().to_owned(),
+                fencing_token: entry.fence,
+                ttl: entry.expires_at - now,
+                label: self.label.clone(),
+                waited_on: false,
+                waiting: None,
+            };
+            state.locks.remove(key);
+            // The counter already exceeds the removed token: the next one is larger.
+            Some(holder)
+        });
+        if removed.is_some() {
+            self.channels.notify(key);
+        }
+        Box::pin(future::ready(Ok(removed)))
+    }
+
+    fn follow<'a>(
+        &'a self,
+        _key: &'a str,
+        _enable: bool,
+        _events: KeyEventSender,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(future::ready(Err(EngineFailure {
+            ambiguous: false,
+            source: "the in-process backend (memory://) has no key events to follow; follow a \
+                     lock on a Redis backend"
+                .into(),
+        })))
+    }
 }
 
 #[cfg(test)]
@@ -235,7 +296,7 @@ mod tests {
 
     #[test]
     fn fence_counters_are_forgotten_without_walking_them_all() {
-        let store = InProcessEngine::new(Duration::from_millis(1));
+        let store = InProcessEngine::new(Duration::from_millis(1), "");
         for i in 0..1_000 {
             let owner = Owner::random();
             let key = format!("k{i}");

@@ -2,8 +2,10 @@
 -- (concurrent callers' acquires coalesced into one call; a lone caller sends a batch of one).
 --
 -- KEYS[i]    lock key i. Its value is one string, so a lock costs one key and one SET:
---              "L<fence> <owner>"     held
---              "W<fence> <owner>"     held, and someone was told it is busy (release will publish)
+--              "L<fence> <owner>[ <label>]"  held (the label says who holds it, for operators:
+--                                            `hostname:pid` by default; never the owner)
+--              "W<fence> <owner>[ <label>]"  held, and someone was told it is busy (release will
+--                                            publish)
 --              "F<fence>"             free: the last token issued, kept by release for the
 --                                     counter TTL
 --              "P<fence> <until_us>"  free, and the waiters the release notified have it first
@@ -15,9 +17,10 @@
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
 --            write-back round trip
--- ARGV[3i-1] owner token of key i (new for every acquisition; no spaces)
--- ARGV[3i]   lease TTL of key i in milliseconds
--- ARGV[3i+1] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
+-- ARGV[2]    the holder label written with every lock ("" for none; no line breaks)
+-- ARGV[3i]   owner token of key i (new for every acquisition; no spaces)
+-- ARGV[3i+1] lease TTL of key i in milliseconds
+-- ARGV[3i+2] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
 --            waited on), "1" the first try of a caller that waits when it is busy, "2" a caller
 --            told it is busy before (a waiter, notified or backing off), which has the lock
 --            first while a release's "P" marker lasts
@@ -38,6 +41,12 @@
 -- bounds memory. Both stay exact as Lua doubles below 2^53 (about 285 years of µs). Numbers are
 -- written with string.format('%.0f'): tostring() keeps only 14 significant digits.
 local step = tonumber(ARGV[1])
+local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
+-- The owner token: after the first space, up to the next one (the holder label follows it).
+local function owner_at(value, space)
+  local stop = string.find(value, ' ', space + 1, true)
+  return string.sub(value, space + 1, (stop or 0) - 1)
+end
 local now
 local function clock()
   if not now then
@@ -48,7 +57,7 @@ local function clock()
 end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, ttl, asker = ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1]
+  local owner, ttl, asker = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
   local value = redis.call('GET', key)
   local last = 0
   local held_as = 'L'
@@ -75,7 +84,7 @@ for i, key in ipairs(KEYS) do
       end
     elseif (state ~= 'L' and state ~= 'W') or not space then
       code, answer = -2, 0
-    elseif string.sub(value, space + 1) == owner then
+    elseif owner_at(value, space) == owner then
       redis.call('PEXPIRE', key, ttl)
       code, answer = 1, tonumber(string.sub(value, 2, space - 1))
     else
@@ -88,7 +97,7 @@ for i, key in ipairs(KEYS) do
   if not code then
     local now_us = clock()
     local fence = math.max(last + 1, now_us - now_us % step)
-    redis.call('SET', key, held_as .. string.format('%.0f', fence) .. ' ' .. owner, 'PX', ttl)
+    redis.call('SET', key, held_as .. string.format('%.0f', fence) .. ' ' .. owner .. label, 'PX', ttl)
     code, answer = 1, fence
   end
   result[2 * i - 1] = code

@@ -8,14 +8,20 @@
 --
 -- Returns 1  recorded
 --         0  the lock is not ours here (expired, released, taken): nothing written
+-- The owner token: after the first space, up to the next one (the holder label follows it).
+local function owner_at(value, space)
+  local stop = string.find(value, ' ', space + 1, true)
+  return string.sub(value, space + 1, (stop or 0) - 1)
+end
 local value = redis.call('GET', KEYS[1])
 local state = value and string.sub(value, 1, 1)
 if state ~= 'L' and state ~= 'W' then
   return 0
 end
 local space = string.find(value, ' ', 2, true)
-if not space or string.sub(value, space + 1) ~= ARGV[1] then
+if not space or owner_at(value, space) ~= ARGV[1] then
   return 0
 end
-redis.call('SET', KEYS[1], string.sub(value, 1, 1) .. ARGV[2] .. ' ' .. ARGV[1], 'KEEPTTL')
+-- The state letter, the new token, then the owner and label as they were.
+redis.call('SET', KEYS[1], string.sub(value, 1, 1) .. ARGV[2] .. string.sub(value, space), 'KEEPTTL')
 return 1

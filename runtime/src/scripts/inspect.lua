@@ -1,8 +1,13 @@
--- Who holds a lock, for how long, with which token.
+-- Who holds a lock, for how long, with which token and label, and who waits for it.
 --
--- KEYS[1]  lock key (its layout: acquire.lua)
+-- KEYS[1]  lock key (its layout: acquire.lua); its notification channel is KEYS[1]:released
+-- ARGV[1]  how to count the channel's subscribers: NUMSUB, or SHARDNUMSUB (Redis Cluster)
 --
--- Returns {owner, fence, pttl} while held, or an empty array when free.
+-- Returns {owner, fence, pttl, label, waited_on, waiting} while held, or an empty array when free:
+--   label      the holder label ("" when none was written)
+--   waited_on  1 when a caller was told the lock is busy since it was taken, else 0
+--   waiting    connections subscribed to the release channel (one per process with waiters),
+--              or -1 when the server refused to count them (the user may not run PUBSUB)
 local value = redis.call('GET', KEYS[1])
 local state = value and string.sub(value, 1, 1)
 if not value or state == 'F' or state == 'P' or state == 'Q' then
@@ -12,4 +17,13 @@ local space = string.find(value, ' ', 2, true)
 if (state ~= 'L' and state ~= 'W') or not space then
   return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' holds a value distlock did not write')
 end
-return {string.sub(value, space + 1), tonumber(string.sub(value, 2, space - 1)), redis.call('PTTL', KEYS[1])}
+local stop = string.find(value, ' ', space + 1, true)
+local owner = string.sub(value, space + 1, (stop or 0) - 1)
+local label = stop and string.sub(value, stop + 1) or ''
+local waiting = -1
+local counted = redis.pcall('PUBSUB', ARGV[1], KEYS[1] .. ':released')
+if type(counted) == 'table' and not counted.err then
+  waiting = counted[2]
+end
+return {owner, tonumber(string.sub(value, 2, space - 1)), redis.call('PTTL', KEYS[1]), label,
+  state == 'W' and 1 or 0, waiting}

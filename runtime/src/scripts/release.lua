@@ -15,6 +15,11 @@
 --       channel): the release stands, waiters elsewhere learn of it by backoff
 --   0   the lock is free: it expired before we released it
 --  -1   another owner holds it now (or another program wrote the key): left untouched
+-- The owner token: after the first space, up to the next one (the holder label follows it).
+local function owner_at(value, space)
+  local stop = string.find(value, ' ', space + 1, true)
+  return string.sub(value, space + 1, (stop or 0) - 1)
+end
 local result = {}
 for i, key in ipairs(KEYS) do
   local value = redis.call('GET', key)
@@ -22,7 +27,7 @@ for i, key in ipairs(KEYS) do
   local state = value and string.sub(value, 1, 1)
   if state == 'L' or state == 'W' then
     local space = string.find(value, ' ', 2, true)
-    if not space or string.sub(value, space + 1) ~= ARGV[i + 3] then
+    if not space or owner_at(value, space) ~= ARGV[i + 3] then
       code = -1
     elseif state == 'L' then
       -- The key stays as the token marker, so the next token is larger even if the clock steps

@@ -6,6 +6,11 @@
 --
 -- Returns an array: element i is 1 when key i was renewed, 0 when it is free, -1 when another
 -- owner holds it.
+-- The owner token: after the first space, up to the next one (the holder label follows it).
+local function owner_at(value, space)
+  local stop = string.find(value, ' ', space + 1, true)
+  return string.sub(value, space + 1, (stop or 0) - 1)
+end
 local result = {}
 for i, key in ipairs(KEYS) do
   local value = redis.call('GET', key)
@@ -14,7 +19,7 @@ for i, key in ipairs(KEYS) do
     result[i] = 0
   else
     local space = string.find(value, ' ', 2, true)
-    if space and string.sub(value, space + 1) == ARGV[2 * i - 1] then
+    if space and owner_at(value, space) == ARGV[2 * i - 1] then
       redis.call('PEXPIRE', key, ARGV[2 * i])
       result[i] = 1
     else

@@ -27,6 +27,7 @@ use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Re
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
 use crate::key::{lock_name, KeyNames};
+use crate::key_events::KeyEventSender;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{join_all, BoxFuture};
@@ -44,17 +45,21 @@ pub(crate) struct ClusterConfig<'a> {
     pub(crate) fence_counter_ttl: Duration,
     pub(crate) timeouts: Timeouts,
     pub(crate) hooks: SharedHooks,
+    /// Written with every lock, for operators.
+    pub(crate) holder_label: &'a str,
 }
 
 pub(crate) struct ClusterEngine {
-    node: Arc<Node>,
-    prefix: String,
-    fence_counter_ttl: Duration,
+    pub(super) node: Arc<Node>,
+    pub(super) prefix: String,
+    pub(super) fence_counter_ttl: Duration,
+    /// The seeds and credentials, for connections to single nodes (keyspace followers).
+    pub(super) spec: ClusterSpec,
     subscriber: Arc<ShardedSubscriber>,
     /// Which master owns each slot, as `CLUSTER SLOTS` said; empty until read, and emptied
     /// when a renewal finds a slot elsewhere.
     owners: Mutex<SlotOwners>,
-    timeouts: Timeouts,
+    pub(super) timeouts: Timeouts,
     /// Renewal round trips (pipelines and single calls) sent, for tests of the grouping.
     renewal_round_trips: AtomicU64,
     hooks: SharedHooks,
@@ -91,15 +96,18 @@ impl ClusterEngine {
         let client = spec.builder(config.timeouts).build().map_err(|err| {
             LockError::invalid_config("url", format!("the cluster client refused it: {err}"))
         })?;
-        let node = Arc::new(Node::cluster(client, config.timeouts, config.prefix));
+        let node = Arc::new(
+            Node::cluster(client, config.timeouts, config.prefix).with_label(config.holder_label),
+        );
         Ok(ClusterEngine {
             subscriber: ShardedSubscriber::new(
-                spec,
+                spec.clone(),
                 config.timeouts,
                 config.prefix,
                 Arc::new(Channels::needing(1)),
             ),
             node,
+            spec,
             prefix: config.prefix.to_owned(),
             fence_counter_ttl: config.fence_counter_ttl,
             owners: Mutex::default(),
@@ -118,7 +126,7 @@ impl ClusterEngine {
     }
 
     /// The slot map, read with `CLUSTER SLOTS` if it is not known.
-    async fn owners(&self) -> EngineResult<Vec<(u16, u16, String)>> {
+    pub(super) async fn owners(&self) -> EngineResult<Vec<(u16, u16, String)>> {
         {
             let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
             if !owners.ranges.is_empty() {
@@ -240,7 +248,7 @@ fn is_noscript(reply: &Value) -> bool {
 
 /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, …], replicas…], …]` → `(start, end,
 /// "host:port")`.
-fn parse_cluster_slots(reply: Value) -> Vec<(u16, u16, String)> {
+pub(super) fn parse_cluster_slots(reply: Value) -> Vec<(u16, u16, String)> {
     let Value::Array(entries) = reply else {
         return Vec::new();
     };
@@ -393,6 +401,26 @@ impl Engine for ClusterEngine {
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move { self.node.doctor().await })
+    }
+
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
+        Box::pin(self.scan_masters(pattern))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(async move {
+            let names = KeyNames::new(&self.prefix, key);
+            self.node.force_unlock(&names, self.fence_counter_ttl).await
+        })
+    }
+
+    fn follow<'a>(
+        &'a self,
+        key: &'a str,
+        enable: bool,
+        events: KeyEventSender,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(self.follow_slot_owner(key, enable, events))
     }
 }
 

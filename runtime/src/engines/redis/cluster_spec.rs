@@ -5,6 +5,7 @@ use super::timeouts::Timeouts;
 use crate::error::LockError;
 use crate::redact::redact_url;
 use redis::cluster::ClusterClientBuilder;
+use redis::IntoConnectionInfo;
 
 /// The port of a cluster node when a URL names none.
 const NODE_PORT: u16 = 6379;
@@ -51,6 +52,34 @@ impl ClusterSpec {
             username,
             password,
         })
+    }
+
+    /// A client for the single node at `address` (`host:port`, as `CLUSTER SLOTS` names it),
+    /// with the cluster's credentials.
+    pub(crate) fn node_client(&self, address: &str) -> redis::RedisResult<redis::Client> {
+        let (host, port) = address.rsplit_once(':').ok_or_else(|| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster node address without a port",
+            ))
+        })?;
+        let port: u16 = port.parse().map_err(|_| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "a cluster node address with a bad port",
+            ))
+        })?;
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(user) = &self.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(pass) = &self.password {
+            settings = settings.set_password(pass);
+        }
+        let info = redis::ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port)
+            .into_connection_info()?
+            .set_redis_settings(settings);
+        redis::Client::open(info)
     }
 
     /// A redis-rs cluster client builder for these seeds: credentials for every node, the

@@ -5,12 +5,15 @@
 pub(crate) mod alive;
 pub(crate) mod batches;
 pub(crate) mod cluster;
+pub(crate) mod cluster_operator;
 pub(crate) mod cluster_spec;
 pub(crate) mod diagnose;
 pub(crate) mod group_commit;
 pub(crate) mod hosts;
+pub(crate) mod keyspace;
 pub(crate) mod node;
 pub(crate) mod pubsub;
+pub(crate) mod scan;
 pub(crate) mod sentinel;
 pub(crate) mod sharded;
 pub(crate) mod single;

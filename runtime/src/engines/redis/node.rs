@@ -19,7 +19,7 @@ use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Holder, Owners
 use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::owner::Owner;
-use crate::scripts::{LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW};
+use crate::scripts::{LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW, UNLOCK};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -68,6 +68,8 @@ pub(crate) struct Node {
     replica_ack: Option<ReplicaAck>,
     /// How a release announces itself: `PUBLISH`, or `SPUBLISH` (sharded, Redis Cluster).
     publish: &'static str,
+    /// The holder label written with every lock (empty: none).
+    label: Vec<u8>,
     connection: Mutex<Option<Bound>>,
     /// One connection attempt at a time.
     opening: tokio::sync::Mutex<()>,
@@ -177,6 +179,7 @@ impl Node {
             timeouts,
             replica_ack: None,
             publish,
+            label: Vec::new(),
             connection: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             slow_failures: std::sync::atomic::AtomicU64::new(0),
@@ -194,6 +197,12 @@ impl Node {
             Conn::Cluster(conn) => Ok(conn),
             Conn::Server(_) => Err(unexpected("cluster_connection", "not a cluster node")),
         }
+    }
+
+    /// Every lock this node takes carries `label` (see `acquire.lua`).
+    pub(crate) fn with_label(mut self, label: &str) -> Node {
+        self.label = label.as_bytes().to_vec();
+        self
     }
 
     /// Grants and renewals wait for `ack` replicas (`None`: they do not wait).
@@ -219,6 +228,42 @@ impl Node {
             ))),
             Err(failure) => Err(no_connection(failure)),
         }
+    }
+
+    /// The lock keys (without the prefix) matching `pattern` on this server (not a cluster).
+    pub(crate) async fn scan(&self, pattern: &str) -> EngineResult<Vec<String>> {
+        let pattern = super::scan::match_pattern(&self.prefix, pattern);
+        let locks = super::scan::walk(&pattern, |cmd| async move { self.raw_query(&cmd).await })
+            .await
+            .map_err(|err| self.failure(err))?;
+        Ok(locks
+            .iter()
+            .filter_map(|lock| super::scan::key_of(&self.prefix, lock))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// The connection timeouts, for connections the node does not own (keyspace followers).
+    pub(crate) fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Opens clients to the server this node talks to at the time of each call (for Sentinel:
+    /// the primary named then), for keyspace followers.
+    pub(crate) fn client_source(self: &Arc<Self>) -> super::keyspace::ClientSource {
+        let node = Arc::downgrade(self);
+        Arc::new(move || {
+            let node = node.clone();
+            Box::pin(async move {
+                match node.upgrade() {
+                    Some(node) => node.current_client().await,
+                    None => Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the backend was dropped",
+                    ))),
+                }
+            })
+        })
     }
 
     /// `host:port` of the server (for Sentinel: the group), for messages.
@@ -462,8 +507,9 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
         let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 3 * items.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 3 * items.len());
         args.push(step.as_bytes());
+        args.push(&self.label);
         for (item, ttl) in items.iter().zip(&ttls) {
             args.push(item.owner.as_bytes());
             args.push(ttl);
@@ -693,23 +739,34 @@ impl Node {
 
     /// `inspect.lua`: who holds the lock on this server.
     pub(crate) async fn inspect(&self, names: &KeyNames) -> EngineResult<Option<Holder>> {
-        let reply: Vec<Value> = self.invoke(&INSPECT, &[&names.lock], &[]).await?;
-        if reply.is_empty() {
-            return Ok(None);
-        }
-        let parsed: Option<(String, u64, i64)> = (|| {
-            let owner = String::from_redis_value(reply.first()?.clone()).ok()?;
-            let fence = u64::from_redis_value(reply.get(1)?.clone()).ok()?;
-            let pttl = i64::from_redis_value(reply.get(2)?.clone()).ok()?;
-            Some((owner, fence, pttl))
-        })();
-        match parsed {
-            Some((owner, fencing_token, pttl)) => Ok(Some(Holder {
-                owner,
-                fencing_token,
-                ttl: Duration::from_millis(pttl.max(0) as u64),
-            })),
-            None => Err(unexpected("inspect", reply)),
+        let reply: Vec<Value> = self
+            .invoke(&INSPECT, &[&names.lock], &[self.count_subscribers()])
+            .await?;
+        holder_from(reply, "inspect")
+    }
+
+    /// `unlock.lua`: removes the lock whoever holds it (an operator's forced unlock), leaving
+    /// the token marker one above its token; the holder it removed.
+    pub(crate) async fn force_unlock(
+        &self,
+        names: &KeyNames,
+        marker_ttl: Duration,
+    ) -> EngineResult<Option<Holder>> {
+        let marker_ttl = millis(marker_ttl);
+        let args: [&[u8]; 3] = [
+            &marker_ttl,
+            self.publish.as_bytes(),
+            self.count_subscribers(),
+        ];
+        let reply: Vec<Value> = self.invoke(&UNLOCK, &[&names.lock], &args).await?;
+        holder_from(reply, "unlock")
+    }
+
+    /// The `PUBSUB` subcommand counting a release channel's subscribers.
+    fn count_subscribers(&self) -> &'static [u8] {
+        match self.publish {
+            "SPUBLISH" => b"SHARDNUMSUB",
+            _ => b"NUMSUB",
         }
     }
 
@@ -740,7 +797,11 @@ impl Node {
         ))
     }
 
-    async fn raw_query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+    /// Sends `cmd` on the node's connection (a server, or a cluster routing it by its keys).
+    pub(crate) async fn raw_query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
         let bound = self.connection().await.map_err(no_connection)?;
         let mut conn = bound.conn.clone();
         let reply = cmd.query_async(&mut conn).await;
@@ -748,6 +809,28 @@ impl Node {
             self.after_failure(&bound, err);
         }
         reply
+    }
+}
+
+/// A holder as `inspect.lua` and `unlock.lua` describe it; an empty reply is a free lock.
+fn holder_from(reply: Vec<Value>, script: &'static str) -> EngineResult<Option<Holder>> {
+    if reply.is_empty() {
+        return Ok(None);
+    }
+    let field = |index: usize| reply.get(index).cloned().unwrap_or(Value::Nil);
+    let parsed = (|| {
+        Some(Holder {
+            owner: String::from_redis_value(field(0)).ok()?,
+            fencing_token: u64::from_redis_value(field(1)).ok()?,
+            ttl: Duration::from_millis(i64::from_redis_value(field(2)).ok()?.max(0) as u64),
+            label: Some(String::from_redis_value(field(3)).ok()?).filter(|l| !l.is_empty()),
+            waited_on: i64::from_redis_value(field(4)).ok()? == 1,
+            waiting: u64::try_from(i64::from_redis_value(field(5)).ok()?).ok(),
+        })
+    })();
+    match parsed {
+        Some(holder) => Ok(Some(holder)),
+        None => Err(unexpected(script, reply)),
     }
 }
 

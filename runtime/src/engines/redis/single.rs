@@ -8,6 +8,7 @@
 
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
+use super::keyspace;
 use super::node::{settle_release, LockCall, Node, ReplicaAck, Timeouts};
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
@@ -17,6 +18,7 @@ use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Re
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
+use crate::key_events::KeyEventSender;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::BoxFuture;
@@ -34,6 +36,8 @@ pub(crate) struct RedisConfig<'a> {
     pub(crate) hooks: SharedHooks,
     /// Grants and renewals wait for replicas (`WAIT`); `None`: they do not.
     pub(crate) replica_ack: Option<ReplicaAck>,
+    /// Written with every lock, for operators.
+    pub(crate) holder_label: &'a str,
 }
 
 pub(crate) struct RedisEngine {
@@ -41,6 +45,7 @@ pub(crate) struct RedisEngine {
     acquires: GroupCommit<AcquireBatch>,
     releases: GroupCommit<ReleaseBatch>,
     prefix: String,
+    fence_counter_ttl: Duration,
     subscriber: Arc<Subscriber>,
     /// A release notification was refused (and reported) already.
     publish_refused: AtomicBool,
@@ -57,7 +62,10 @@ impl RedisEngine {
             let node = Node::open(config.url, config.tls, config.timeouts, config.prefix)?;
             (node, None)
         };
-        let node = Arc::new(node.with_replica_ack(config.replica_ack));
+        let node = Arc::new(
+            node.with_replica_ack(config.replica_ack)
+                .with_label(config.holder_label),
+        );
         let subscriber = Subscriber::new(
             node.clone(),
             config.timeouts,
@@ -87,6 +95,7 @@ impl RedisEngine {
             })),
             node,
             prefix: config.prefix.to_owned(),
+            fence_counter_ttl: config.fence_counter_ttl,
             publish_refused: AtomicBool::new(false),
         })
     }
@@ -168,5 +177,33 @@ impl Engine for RedisEngine {
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move { self.node.doctor().await })
+    }
+
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
+        Box::pin(self.node.scan(pattern))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(async move {
+            self.node
+                .force_unlock(&self.names(key), self.fence_counter_ttl)
+                .await
+        })
+    }
+
+    fn follow<'a>(
+        &'a self,
+        key: &'a str,
+        enable: bool,
+        events: KeyEventSender,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(keyspace::follow(
+            self.node.client_source(),
+            self.names(key).lock,
+            enable,
+            self.node.timeouts(),
+            false,
+            events,
+        ))
     }
 }

@@ -37,6 +37,7 @@
 //!   includes a master that tells it.
 
 mod fan_out;
+mod operator;
 
 pub(crate) use fan_out::quorum;
 
@@ -50,6 +51,7 @@ use crate::engine::{
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::KeyNames;
+use crate::key_events::KeyEventSender;
 use crate::owner::Owner;
 use crate::policy::valid_for;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
@@ -76,6 +78,8 @@ pub(crate) struct RedlockConfig<'a> {
     pub(crate) drift_factor: f64,
     pub(crate) tls: &'a TlsFiles,
     pub(crate) hooks: SharedHooks,
+    /// Written with every lock, for operators.
+    pub(crate) holder_label: &'a str,
 }
 
 struct Master {
@@ -103,7 +107,10 @@ impl RedlockEngine {
         let channels = Arc::new(Channels::needing(count - quorum + 1));
         let mut masters = Vec::with_capacity(count);
         for url in config.urls {
-            let node = Arc::new(Node::open(url, config.tls, config.timeouts, config.prefix)?);
+            let node = Arc::new(
+                Node::open(url, config.tls, config.timeouts, config.prefix)?
+                    .with_label(config.holder_label),
+            );
             let subscriber = Subscriber::new(
                 node.clone(),
                 config.timeouts,
@@ -504,11 +511,17 @@ impl Engine for RedlockEngine {
             let mut tokens: Vec<u64> = copies.iter().map(|copy| copy.fencing_token).collect();
             tokens.sort_unstable();
             let fencing_token = tokens[self.quorum - 1];
-            let owner = copies.swap_remove(0).owner;
+            // A waiting process subscribes on every master: the most any master counts.
+            let waiting = copies.iter().filter_map(|copy| copy.waiting).max();
+            let waited_on = copies.iter().any(|copy| copy.waited_on);
+            let first = copies.swap_remove(0);
             Ok(Some(Holder {
-                owner,
+                owner: first.owner,
                 fencing_token,
                 ttl,
+                label: first.label,
+                waited_on,
+                waiting,
             }))
         })
     }
@@ -570,5 +583,22 @@ impl Engine for RedlockEngine {
             }
             Ok(findings)
         })
+    }
+
+    fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
+        Box::pin(self.list_keys(pattern))
+    }
+
+    fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
+        Box::pin(self.force_unlock_all(key))
+    }
+
+    fn follow<'a>(
+        &'a self,
+        key: &'a str,
+        enable: bool,
+        events: KeyEventSender,
+    ) -> BoxFuture<'a, EngineResult<()>> {
+        Box::pin(self.follow_all(key, enable, events))
     }
 }
