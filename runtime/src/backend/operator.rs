@@ -7,6 +7,7 @@ use crate::engine::Holder;
 use crate::error::LockError;
 use crate::key_events::{KeyEvent, KeyEvents};
 use futures_util::stream::{self, StreamExt};
+use std::collections::HashSet;
 
 /// Locks inspected at once by [`Backend::list`].
 const LIST_CONCURRENCY: usize = 32;
@@ -83,6 +84,9 @@ pub struct LockEvents {
     key: String,
     raw: KeyEvents,
     last_owner: Option<String>,
+    /// Servers whose last notification was a `set` with a TTL: Redis announces `SET … PX` as
+    /// `set` then `expire`, and that `expire` is part of the write, not a renewal.
+    set_with_ttl: HashSet<String>,
 }
 
 impl std::fmt::Debug for LockEvents {
@@ -100,16 +104,31 @@ impl LockEvents {
     /// Cancel safe before a notification arrives; dropped while it reads the lock's state, the
     /// event is lost (its successors are not).
     pub async fn next(&mut self) -> Option<Result<LockEvent, LockError>> {
-        let (server, event) = match self.raw.next().await? {
-            KeyEvent::Notified { server, event } => (server, event),
-            KeyEvent::Interrupted { server, reason } => {
-                return Some(Ok(LockEvent {
-                    kind: LockEventKind::Interrupted { reason },
-                    server,
-                    holder: None,
-                }))
+        let (server, event) = loop {
+            match self.raw.next().await? {
+                KeyEvent::Notified { server, event } if event == "expire" => {
+                    if !self.set_with_ttl.remove(&server) {
+                        break (server, event);
+                    }
+                }
+                KeyEvent::Notified { server, event } => {
+                    // Every lock write carries a TTL but Redlock's token record (`KEEPTTL`).
+                    if event == "set" {
+                        self.set_with_ttl.insert(server.clone());
+                    } else {
+                        self.set_with_ttl.remove(&server);
+                    }
+                    break (server, event);
+                }
+                KeyEvent::Interrupted { server, reason } => {
+                    return Some(Ok(LockEvent {
+                        kind: LockEventKind::Interrupted { reason },
+                        server,
+                        holder: None,
+                    }))
+                }
+                KeyEvent::Resubscribed { server } => break (server, String::new()),
             }
-            KeyEvent::Resubscribed { server } => (server, String::new()),
         };
         let holder = match self.backend.inspect(&self.key).await {
             Ok(holder) => holder,
@@ -232,6 +251,7 @@ impl Backend {
             key: key.to_owned(),
             raw,
             last_owner,
+            set_with_ttl: HashSet::new(),
         })
     }
 }

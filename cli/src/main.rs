@@ -1,0 +1,221 @@
+//! `distlock`: what an operator asks of the locks in production — who holds this lock, for how
+//! long, is it stuck — without `TTL`, `TYPE` and `CLIENT LIST` by hand.
+//!
+//! ```text
+//! distlock inspect order:17            # holder label, fencing token, TTL left, waiters
+//! distlock list --pattern 'order:*'    # every held lock under the prefix (SCAN), soonest TTL first
+//! distlock doctor                      # server settings that weaken locks, each with what to do
+//! distlock unlock order:17 --force     # break a stuck lock (fences its holder out)
+//! distlock watch order:17              # acquire/renew/release/expiry events, live
+//! ```
+//!
+//! Every command takes `--url` (default `DISTLOCK_URL`), `--prefix` (default `DISTLOCK_PREFIX`,
+//! else `distlock`) and `--json`. Exit codes: 0 held / done / healthy, 1 free / nothing removed /
+//! findings, 2 usage, 3 the backend failed.
+
+mod connect;
+mod render;
+
+use clap::{Parser, Subcommand};
+use distlock::{LockError, Notifications};
+use render::Format;
+use std::process::ExitCode;
+
+/// Inspect, list, break and follow distlock locks; check the lock server.
+#[derive(Parser, Debug)]
+#[command(name = "distlock", version)]
+struct Cli {
+    /// The lock backend: redis://, rediss://, redis-sentinel://, redis-cluster://, or three or
+    /// more comma-separated redis:// URLs (Redlock) — the URL your services use.
+    #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
+    url: Option<String>,
+    /// The key prefix your services use.
+    #[arg(
+        long,
+        env = "DISTLOCK_PREFIX",
+        default_value = "distlock",
+        global = true
+    )]
+    prefix: String,
+    /// CA certificate(s) to trust for rediss:// (PEM).
+    #[arg(long, env = "DISTLOCK_TLS_CA_FILE", global = true)]
+    tls_ca_file: Option<std::path::PathBuf>,
+    /// Client certificate for rediss:// servers that verify clients (PEM; needs --tls-key-file).
+    #[arg(
+        long,
+        env = "DISTLOCK_TLS_CERT_FILE",
+        global = true,
+        requires = "tls_key_file"
+    )]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "DISTLOCK_TLS_KEY_FILE",
+        global = true,
+        requires = "tls_cert_file"
+    )]
+    tls_key_file: Option<std::path::PathBuf>,
+    /// Print JSON (one object per line for `watch`) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Who holds each lock: holder label, fencing token, TTL left, waiters. Exit 0 when every
+    /// lock is held, 1 when one is free.
+    Inspect {
+        /// Lock keys as your code names them (`order:17`), without the prefix.
+        #[arg(required = true)]
+        keys: Vec<String>,
+    },
+    /// Every held lock under the prefix whose key matches the pattern, soonest to expire first
+    /// (SCAN, never KEYS). Exit 0 when one is held, 1 when none is.
+    List {
+        /// A Redis glob on the key: `*`, `?`, `[a-z]`, `\` escapes.
+        #[arg(long, default_value = "*")]
+        pattern: String,
+    },
+    /// The lock server's settings that weaken locks, each with what to do. Exit 0 when there
+    /// is nothing to fix, 1 when there is.
+    Doctor,
+    /// Remove a lock whoever holds it. The next fencing token is larger than the removed
+    /// holder's, and its watchdog reports the lease lost. Exit 0 removed, 1 it was free.
+    Unlock {
+        /// The lock key, without the prefix.
+        key: String,
+        /// Required: breaking a lock stops nothing its holder is doing.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Follow a lock live (acquired, renewed, released, expired, evicted) until interrupted.
+    /// Needs keyspace notifications on the server.
+    Watch {
+        /// The lock key, without the prefix.
+        key: String,
+        /// Turn on the keyspace notifications it needs (`CONFIG SET notify-keyspace-events`)
+        /// where they are off, instead of failing.
+        #[arg(long)]
+        enable_notifications: bool,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+}
+
+/// Exit code: the lock is held, the command did what it was asked, nothing to fix.
+const HELD: u8 = 0;
+/// Exit code: the lock is free, nothing was removed, the doctor found something.
+const FREE: u8 = 1;
+/// Exit code: bad usage (clap's own code).
+const USAGE: u8 = 2;
+/// Exit code: the backend failed or is misconfigured.
+const FAILED: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("distlock: cannot start the async runtime: {err}");
+            return ExitCode::from(FAILED);
+        }
+    };
+    let format = if cli.json { Format::Json } else { Format::Text };
+    match runtime.block_on(run(cli, format)) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure::Usage(message)) => {
+            eprintln!("distlock: {message}");
+            ExitCode::from(USAGE)
+        }
+        Err(Failure::Lock(err)) => {
+            render::error(format, &err);
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+enum Failure {
+    Usage(String),
+    Lock(LockError),
+}
+
+impl From<LockError> for Failure {
+    fn from(err: LockError) -> Self {
+        Failure::Lock(err)
+    }
+}
+
+async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
+    if let Command::Unlock { key, force: false } = &cli.command {
+        return Err(Failure::Usage(format!(
+            "refusing to remove the lock `{key}` without --force: its holder keeps running \
+             (only its fenced writes are rejected after the next holder's); check it with \
+             `distlock inspect {key}` first"
+        )));
+    }
+    let backend = connect::backend(&cli)?;
+    match cli.command {
+        Command::Inspect { keys } => {
+            let mut all_held = true;
+            for key in keys {
+                let holder = backend.inspect(&key).await?;
+                all_held &= holder.is_some();
+                render::inspected(format, &backend, &key, holder.as_ref());
+            }
+            Ok(if all_held { HELD } else { FREE })
+        }
+        Command::List { pattern } => {
+            let held = backend.list(&pattern).await?;
+            render::listed(format, &backend, &held);
+            Ok(if held.is_empty() { FREE } else { HELD })
+        }
+        Command::Doctor => {
+            let findings = backend.doctor().await?;
+            render::findings(format, &backend, &findings);
+            Ok(if findings.is_empty() { HELD } else { FREE })
+        }
+        Command::Unlock { key, .. } => {
+            let removed = backend.force_unlock(&key).await?;
+            render::unlocked(format, &key, removed.as_ref());
+            Ok(if removed.is_some() { HELD } else { FREE })
+        }
+        Command::Watch {
+            key,
+            enable_notifications,
+            count,
+        } => {
+            let notifications = match enable_notifications {
+                true => Notifications::Enable,
+                false => Notifications::Require,
+            };
+            let mut events = backend.events(&key, notifications).await?;
+            eprintln!(
+                "watching `{key}` on {} backend ({}); Ctrl-C to stop",
+                backend.kind(),
+                connect::describe(&cli.url)
+            );
+            let mut seen = 0;
+            while count.is_none_or(|count| seen < count) {
+                let next = tokio::select! {
+                    next = events.next() => next,
+                    _ = tokio::signal::ctrl_c() => break,
+                };
+                match next {
+                    Some(Ok(event)) => render::event(format, &key, &event),
+                    Some(Err(err)) => render::error(format, &err),
+                    None => break,
+                }
+                seen += 1;
+            }
+            Ok(HELD)
+        }
+    }
+}

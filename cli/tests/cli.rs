@@ -1,0 +1,352 @@
+//! The real `distlock` binary against real servers the harness starts: what an operator sees
+//! (text and JSON), and the exit codes scripts branch on.
+
+use distlock::{Backend, Lease, Lock, LockError, LostReason};
+use distlock_test_support::{RedisCluster, RedisServer, SentinelGroup};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const DISTLOCK: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// Runs `distlock` with `args` against `url`, never the caller's environment.
+fn distlock(url: &str, args: &[&str]) -> Output {
+    Command::new(DISTLOCK)
+        .args(args)
+        .env("DISTLOCK_URL", url)
+        .env_remove("DISTLOCK_PREFIX")
+        .output()
+        .expect("the distlock binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", stdout(output)))
+}
+
+fn backend(url: &str, label: &str) -> Backend {
+    Backend::builder(url)
+        .holder_label(label)
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .expect("a valid URL")
+}
+
+/// Waits for `n` processes subscribed to `key`'s release channel (the default prefix).
+async fn until_waiting(server: &RedisServer, key: &str, n: i64) {
+    let channel = format!("distlock:{{{key}}}:released");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reply = server.command(&["PUBSUB", "NUMSUB", &channel]);
+        let count = reply.as_array().and_then(|pair| pair.get(1)?.as_int());
+        if count == Some(n) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key}: {count:?} waiting, never {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_list_and_unlock_a_live_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = backend(&url, "billing-worker-1");
+    let guard = Lock::new("order:17").on(&app).acquire().await.unwrap();
+    let _other = Lock::new("order:18")
+        .on(&app)
+        .lease(Lease::Fixed(Duration::from_secs(60)))
+        .acquire()
+        .await
+        .unwrap();
+    let owner = app.inspect("order:17").await.unwrap().unwrap().owner;
+
+    // Someone in another process waits for it.
+    let contender = backend(&url, "billing-worker-2");
+    let waiter = tokio::spawn(async move {
+        Lock::new("order:17")
+            .on(&contender)
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .map(|guard| guard.fencing_token())
+    });
+    until_waiting(&server, "order:17", 1).await;
+
+    let text = distlock(&url, &["inspect", "order:17", "order:99"]);
+    assert_eq!(text.status.code(), Some(1), "one key is free: {text:?}");
+    let shown = stdout(&text);
+    assert!(
+        shown.contains("order:17  held by billing-worker-1"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("token {}", guard.fencing_token())),
+        "{shown}"
+    );
+    assert!(shown.contains("1 process(es) waiting"), "{shown}");
+    assert!(shown.contains("order:99  free"), "{shown}");
+    assert!(
+        !shown.contains(&owner),
+        "the owner token is a credential: {shown}"
+    );
+
+    let held = distlock(&url, &["--json", "inspect", "order:17"]);
+    assert_eq!(held.status.code(), Some(0));
+    let held = json(&held);
+    assert_eq!(held["held"], true);
+    assert_eq!(held["label"], "billing-worker-1");
+    assert_eq!(held["fencing_token"], guard.fencing_token());
+    assert_eq!(held["waited_on"], true);
+    assert_eq!(held["waiting"], 1);
+    assert_eq!(held["backend"], "redis");
+    let ttl = held["ttl_ms"].as_u64().unwrap();
+    assert!(ttl > 0 && ttl <= 900, "{ttl}");
+
+    let listed = distlock(&url, &["--json", "list", "--pattern", "order:*"]);
+    assert_eq!(listed.status.code(), Some(0));
+    let keys: Vec<String> = json(&listed)["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|lock| lock["key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys, ["order:17", "order:18"], "soonest to expire first");
+    let none = distlock(&url, &["list", "--pattern", "invoice:*"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(stdout(&none).contains("no lock held"), "{}", stdout(&none));
+
+    let refused = distlock(&url, &["unlock", "order:17"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("without --force"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        app.inspect("order:17").await.unwrap().is_some(),
+        "still held"
+    );
+
+    let removed = distlock(&url, &["unlock", "order:17", "--force"]);
+    assert_eq!(removed.status.code(), Some(0), "{removed:?}");
+    assert!(
+        stdout(&removed).contains("removed the lock by billing-worker-1"),
+        "{}",
+        stdout(&removed)
+    );
+    // The waiter is woken and takes it with a larger token; the removed holder learns its
+    // lease is gone at its next renewal.
+    let next_token = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .unwrap()
+        .expect("the waiter got the lock");
+    assert!(next_token > guard.fencing_token());
+    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("the removed holder is told");
+    assert!(
+        matches!(
+            lost,
+            LockError::Lost {
+                reason: LostReason::Stolen | LostReason::Gone,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    let again = distlock(&url, &["--json", "unlock", "order:99", "--force"]);
+    assert_eq!(again.status.code(), Some(1), "nothing to remove");
+    assert_eq!(json(&again)["removed"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_acquire_release_and_expiry_live() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = backend(&url, "worker-9");
+    let mut watch = Command::new(DISTLOCK)
+        .args([
+            "watch",
+            "job:1",
+            "--enable-notifications",
+            "--json",
+            "--count",
+            "7",
+        ])
+        .env("DISTLOCK_URL", &url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut started = String::new();
+    BufReader::new(watch.stderr.take().unwrap())
+        .read_line(&mut started)
+        .unwrap();
+    assert!(started.starts_with("watching `job:1`"), "{started}");
+    let (lines, events) = std::sync::mpsc::channel();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let _ = lines.send(line.unwrap());
+        }
+    });
+    let next = || -> Value {
+        let line = events
+            .recv_timeout(Duration::from_secs(5))
+            .expect("an event within 5 s");
+        serde_json::from_str(&line).unwrap()
+    };
+
+    // A fixed lease: no renewal between the events this test expects.
+    let guard = Lock::new("job:1")
+        .on(&app)
+        .lease(Lease::Fixed(Duration::from_secs(10)))
+        .acquire()
+        .await
+        .unwrap();
+    let acquired = next();
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    assert_eq!(acquired["label"], "worker-9");
+    assert_eq!(acquired["fencing_token"], guard.fencing_token());
+    guard.release().await.unwrap();
+    let released = next();
+    assert_eq!(released["event"], "released", "{released}");
+    assert_eq!(released["held"], false);
+
+    let dying = Lock::new("job:1")
+        .on(&app)
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(next()["event"], "acquired");
+    let expired = next();
+    assert_eq!(expired["event"], "expired", "{expired}");
+    drop(dying);
+
+    // A watchdog lease (900 ms, renewed every 300 ms): renewals show as such.
+    let renewed = Lock::new("job:1").on(&app).acquire().await.unwrap();
+    assert_eq!(next()["event"], "acquired");
+    let renewal = next();
+    assert_eq!(renewal["event"], "renewed", "{renewal}");
+    assert_eq!(renewal["fencing_token"], renewed.fencing_token());
+    renewed.release().await.unwrap();
+    assert_eq!(next()["event"], "released");
+    let status = watch.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "it stops after --count events");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_names_the_setting_when_notifications_are_off() {
+    let server = RedisServer::start();
+    let refused = distlock(&server.url(), &["watch", "job:1"]);
+    assert_eq!(refused.status.code(), Some(3));
+    let message = stderr(&refused);
+    assert!(
+        message.contains("keyspace notifications are off"),
+        "{message}"
+    );
+    assert!(message.contains("--enable-notifications"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_findings_and_errors_have_exit_codes() {
+    let server = RedisServer::start();
+    server.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let found = distlock(&server.url(), &["--json", "doctor"]);
+    assert_eq!(found.status.code(), Some(1), "{found:?}");
+    let checks: Vec<String> = json(&found)["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|finding| finding["check"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(checks.contains(&"eviction".to_owned()), "{checks:?}");
+    let text = distlock(&server.url(), &["doctor"]);
+    assert!(
+        stdout(&text).contains("maxmemory-policy noeviction"),
+        "{}",
+        stdout(&text)
+    );
+
+    let port = server.port();
+    drop(server);
+    let down = distlock(&format!("redis://127.0.0.1:{port}"), &["inspect", "x"]);
+    assert_eq!(down.status.code(), Some(3), "{down:?}");
+    assert!(
+        stderr(&down).contains("failed during inspect"),
+        "{}",
+        stderr(&down)
+    );
+    let memory = distlock("memory://", &["list"]);
+    assert_eq!(memory.status.code(), Some(2));
+    assert!(
+        stderr(&memory).contains("in-process backend"),
+        "{}",
+        stderr(&memory)
+    );
+    let bad = distlock("redis://127.0.0.1:1,redis://127.0.0.1:2", &["list"]);
+    assert_eq!(bad.status.code(), Some(3));
+    assert!(stderr(&bad).contains("at least 3"), "{}", stderr(&bad));
+}
+
+/// The same commands on every deployment: Redlock over three masters, a Redis Cluster, and a
+/// Sentinel group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_backend_kind_answers() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let redlock = masters
+        .iter()
+        .map(RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
+    let cluster = RedisCluster::start(3, 0, Duration::from_millis(2000));
+    let sentinel = SentinelGroup::start(Duration::from_millis(2000));
+    for (kind, url) in [
+        ("redlock", redlock),
+        ("cluster", cluster.url()),
+        ("sentinel", sentinel.sentinel_url()),
+    ] {
+        let app = backend(&url, &format!("{kind}-worker"));
+        let mut guards = Vec::new();
+        for key in ["a:1", "a:2", "b:1"] {
+            guards.push(Lock::new(key).on(&app).acquire().await.unwrap());
+        }
+        let inspected = distlock(&url, &["--json", "inspect", "a:1"]);
+        assert_eq!(inspected.status.code(), Some(0), "{kind}: {inspected:?}");
+        let inspected = json(&inspected);
+        assert_eq!(inspected["backend"], kind);
+        assert_eq!(inspected["label"], format!("{kind}-worker"));
+        assert_eq!(inspected["fencing_token"], guards[0].fencing_token());
+
+        let listed = json(&distlock(&url, &["--json", "list", "--pattern", "a:*"]));
+        assert_eq!(
+            listed["locks"].as_array().unwrap().len(),
+            2,
+            "{kind}: {listed}"
+        );
+
+        let removed = distlock(&url, &["unlock", "b:1", "--force"]);
+        assert_eq!(removed.status.code(), Some(0), "{kind}: {removed:?}");
+        assert!(app.inspect("b:1").await.unwrap().is_none(), "{kind}");
+        let free = distlock(&url, &["inspect", "b:1"]);
+        assert_eq!(free.status.code(), Some(1), "{kind}");
+        for guard in guards.drain(..2) {
+            guard.release().await.unwrap();
+        }
+    }
+}
