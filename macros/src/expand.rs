@@ -203,8 +203,9 @@ fn checkpoint(lock: &Lock, next: Span) -> TokenStream {
     // Spanned at the statement it guards: after a diverging statement (`return …;`) this check is
     // the first unreachable one, and rustc's "unreachable statement" then points at the user's next
     // statement, as it would without the macro.
+    // `useless_conversion`: `E` may be `LockError` itself.
     quote_spanned! {next=>
-        #[allow(clippy::question_mark)]
+        #[allow(clippy::question_mark, clippy::useless_conversion)]
         if let ::core::result::Result::Err(#lost) = ::distlock::__private::checkpoint() {
             return ::core::result::Result::Err(#from(#lost));
         }
