@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! pub async fn pay(order: &Order, amount: u64) -> Result<Receipt, PayError> {
-//!     static __DISTLOCK_SPEC: ::distlock::__private::Spec = ::distlock::__private::Spec { backend: "default", .. };
+//!     static __DISTLOCK_SPEC: ::distlock::__private::Spec = ::distlock::__private::Spec { backend: "default", template: "order:<order.id>", .. };
 //!     ::distlock::__private::assert_from_lock_error::<PayError>();
 //!     let __distlock_keys = ::std::vec![{
 //!         let mut __distlock_key = ::distlock::__private::KeyBuilder::new();
@@ -121,6 +121,13 @@ fn spec(lock: &Lock) -> TokenStream {
         OnLost::Abort => quote!(#private::OnLost::Abort),
         OnLost::Ignore => quote!(#private::OnLost::Ignore),
     };
+    // The metrics' `lock` label: bounded by the code, unlike the rendered keys.
+    let template = lock
+        .keys
+        .iter()
+        .map(|key| key.text.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
     let max_hold = match lock.max_hold {
         Some(duration) => {
             let duration = nanos(duration);
@@ -129,7 +136,7 @@ fn spec(lock: &Lock) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     quote! {
-        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold }
+        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold, template: #template }
     }
 }
 
@@ -203,8 +210,9 @@ fn checkpoint(lock: &Lock, next: Span) -> TokenStream {
     // Spanned at the statement it guards: after a diverging statement (`return …;`) this check is
     // the first unreachable one, and rustc's "unreachable statement" then points at the user's next
     // statement, as it would without the macro.
+    // `useless_conversion`: `E` may be `LockError` itself.
     quote_spanned! {next=>
-        #[allow(clippy::question_mark)]
+        #[allow(clippy::question_mark, clippy::useless_conversion)]
         if let ::core::result::Result::Err(#lost) = ::distlock::__private::checkpoint() {
             return ::core::result::Result::Err(#from(#lost));
         }

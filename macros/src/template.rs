@@ -280,6 +280,8 @@ fn bound_names(pat: &Pat, names: &mut Vec<Ident>) {
 
 /// A template whose placeholders all name something the function has.
 pub(crate) struct Template {
+    /// The template as written: the `lock` label of the runtime's metrics.
+    pub(crate) text: String,
     pub(crate) segments: Vec<Segment>,
 }
 
@@ -331,7 +333,7 @@ impl Template {
                 }
             }
         }
-        resolved.then_some(Template { segments })
+        resolved.then_some(Template { text, segments })
     }
 }
 

@@ -8,6 +8,7 @@ use crate::engine::{Acquired, Asker};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
 use crate::lease::{HeldLease, Terms};
+use crate::metrics::{Labels, Waiting};
 use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::release::release_in_background;
@@ -24,6 +25,7 @@ pub(crate) struct Request<'a> {
     pub(crate) started: Instant,
     /// End of the wait budget; `None` waits forever.
     pub(crate) deadline: Option<Instant>,
+    pub(crate) labels: &'a Labels,
 }
 
 impl Request<'_> {
@@ -44,10 +46,13 @@ impl Request<'_> {
             waited_us = tracing::field::Empty,
         );
         async {
-            let Some(turn) = self.backend.inner.gates.enter(&key, self.deadline).await else {
+            let mut waiting_gauge = Waiting::new(self.labels);
+            let enter = self.backend.inner.gates.enter(&key, self.deadline);
+            let Some(turn) = waiting_gauge.unless_ready(enter).await else {
                 return Err(self.busy(key));
             };
-            self.contend(Attempt::new(self.backend, key, turn)).await
+            self.contend(Attempt::new(self, key, turn, waiting_gauge))
+                .await
         }
         .instrument(span)
         .await
@@ -122,6 +127,7 @@ impl Request<'_> {
                     if remaining == Some(Duration::ZERO) {
                         return Err(self.busy(attempt.key.clone()));
                     }
+                    attempt.waiting_gauge.start();
                     let (backoff, hooks) = waiting.get_or_insert_with(|| start_waiting(inner));
                     let confirmed = attempt
                         .turn
@@ -198,6 +204,7 @@ impl Request<'_> {
                         // Dropping `attempt` releases whatever a lost reply may have taken.
                         return Err(self.backend.backend_error("acquire", failure));
                     }
+                    attempt.waiting_gauge.start();
                     let (backoff, _) = waiting.get_or_insert_with(|| start_waiting(inner));
                     tokio::time::sleep(backoff.next_delay(remaining, None)).await;
                 }
@@ -213,12 +220,14 @@ fn start_waiting(inner: &BackendInner) -> (Backoff, TestHooks) {
     (backoff, hooks)
 }
 
-/// One key's acquisition in progress: the owner token its requests carry and the key's local
-/// turn. Until a lease owns them, dropping it — a cancelled call, a returned error — releases in
-/// the background whatever a request in flight or a lost reply may have taken on the server;
-/// without such a request, it just passes the turn on.
+/// One key's acquisition in progress: the owner token its requests carry, the key's local turn,
+/// and the task's place in the waiting-tasks gauge (left when this is claimed or dropped). Until
+/// a lease owns them, dropping it — a cancelled call, a returned error — releases in the
+/// background whatever a request in flight or a lost reply may have taken on the server; without
+/// such a request, it just passes the turn on.
 struct Attempt<'a> {
     backend: &'a Backend,
+    labels: &'a Labels,
     key: String,
     owner: Owner,
     turn: Option<Turn>,
@@ -227,17 +236,20 @@ struct Attempt<'a> {
     /// A reply was lost: that request may have taken the lock (sticky: a request on a broken
     /// connection can still run after a later reply said "busy").
     reply_lost: bool,
+    waiting_gauge: Waiting<'a>,
 }
 
 impl<'a> Attempt<'a> {
-    fn new(backend: &'a Backend, key: String, turn: Turn) -> Self {
+    fn new(request: &Request<'a>, key: String, turn: Turn, waiting_gauge: Waiting<'a>) -> Self {
         Attempt {
-            backend,
+            backend: request.backend,
+            labels: request.labels,
             key,
             owner: Owner::random(),
             turn: Some(turn),
             in_flight: false,
             reply_lost: false,
+            waiting_gauge,
         }
     }
 
@@ -246,6 +258,7 @@ impl<'a> Attempt<'a> {
     fn claim(mut self, request: &Request<'_>, fence: u64, sent_at: Instant) -> Arc<HeldLease> {
         let lease = HeldLease::new(
             self.backend.inner.stats.clone(),
+            self.labels.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
             fence,
@@ -268,6 +281,7 @@ impl Drop for Attempt<'_> {
         }
         let lease = HeldLease::unconfirmed(
             self.backend.inner.stats.clone(),
+            self.labels.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
             self.turn.take(),

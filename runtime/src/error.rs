@@ -18,6 +18,18 @@ pub enum LostReason {
     MaxHoldExceeded,
 }
 
+impl LostReason {
+    /// The `reason` label of `distlock_leases_lost_total`: the variant in snake case.
+    pub(crate) const fn label(self) -> &'static str {
+        match self {
+            LostReason::Expired => "expired",
+            LostReason::Gone => "gone",
+            LostReason::Stolen => "stolen",
+            LostReason::MaxHoldExceeded => "max_hold_exceeded",
+        }
+    }
+}
+
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -4,6 +4,7 @@ use crate::backend::Backend;
 use crate::context::{self, Frame};
 use crate::error::LockError;
 use crate::lease::HeldLease;
+use crate::metrics::{Holding, Labels};
 use crate::policy::OnLost;
 use crate::release::{release_all, release_in_background, Released};
 use crate::stats::Stats;
@@ -29,6 +30,8 @@ pub(crate) struct Held {
 pub struct LockGuard {
     backend: Backend,
     held: Vec<Held>,
+    /// The keys held and the hold time, in the metrics; ends with `held`.
+    holding: Holding,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -42,15 +45,22 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(backend: Backend, keys: usize) -> Self {
+    pub(crate) fn new(backend: Backend, keys: usize, labels: Labels) -> Self {
         LockGuard {
             backend,
             held: Vec::with_capacity(keys),
+            holding: Holding::new(labels),
         }
     }
 
     pub(crate) fn push(&mut self, held: Held) {
         self.held.push(held);
+        self.holding.lease_taken();
+    }
+
+    /// Every key is held: the guard is handed to the caller.
+    pub(crate) fn complete(&mut self) {
+        self.holding.complete();
     }
 
     fn leases(&self) -> impl Iterator<Item = &Arc<HeldLease>> {
@@ -115,8 +125,10 @@ impl LockGuard {
         release_all(&self.backend, leases).await
     }
 
-    /// Takes every lease out of the guard and out of the watchdog: renewal stops now.
+    /// Takes every lease out of the guard and out of the watchdog: renewal stops now, and the
+    /// call no longer holds the lock.
     fn take_leases(&mut self) -> Vec<Arc<HeldLease>> {
+        self.holding.end();
         let held = std::mem::take(&mut self.held);
         held.into_iter()
             .map(|held| {

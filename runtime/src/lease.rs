@@ -1,6 +1,7 @@
 //! A held lock: owner token, fencing token, local validity and the lost flag.
 
 use crate::error::{LockError, LostReason};
+use crate::metrics::{self, Labels};
 use crate::owner::Owner;
 use crate::policy::valid_for;
 use crate::stats::Stats;
@@ -43,6 +44,8 @@ pub(crate) struct Terms {
 pub(crate) struct HeldLease {
     /// The backend's counters (lost leases are counted).
     stats: Arc<Stats>,
+    /// The lock's metrics labels (lost leases, renewals and releases are counted per key).
+    pub(crate) labels: Labels,
     pub(crate) key: String,
     pub(crate) owner: Owner,
     pub(crate) fence: u64,
@@ -64,6 +67,7 @@ impl HeldLease {
     /// A lease granted for a request sent at `requested_at`, valid for `terms.ttl` less drift.
     pub(crate) fn new(
         stats: Arc<Stats>,
+        labels: Labels,
         key: String,
         owner: Owner,
         fence: u64,
@@ -73,6 +77,7 @@ impl HeldLease {
         let valid_for = valid_for(terms.ttl, terms.drift_factor);
         HeldLease {
             stats,
+            labels,
             key,
             owner,
             fence,
@@ -90,6 +95,7 @@ impl HeldLease {
     /// held under `owner`. It exists only to be released (fencing token 0, never renewed).
     pub(crate) fn unconfirmed(
         stats: Arc<Stats>,
+        labels: Labels,
         key: String,
         owner: Owner,
         turn: Option<Turn>,
@@ -100,7 +106,7 @@ impl HeldLease {
             renewing: false,
             max_hold: None,
         };
-        let lease = HeldLease::new(stats, key, owner, 0, &terms, Instant::now());
+        let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, Instant::now());
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
         lease
     }
@@ -170,6 +176,7 @@ impl HeldLease {
         if first {
             self.pass_turn();
             Stats::bump(&self.stats.lost);
+            metrics::lease_lost(&self.labels, reason.label());
             tracing::warn!(
                 target: "distlock::lost",
                 key = %self.key,

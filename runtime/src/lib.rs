@@ -45,8 +45,14 @@
 //! - A lock alone is only approximately exclusive: a holder paused past its lease may still act.
 //!   Exactness needs the resource to check fencing tokens ([`FencedStore`]).
 //!
-//! See `docs/` in the repository for the design decisions, the ACL a lock user needs, and
-//! operations.
+//! ## Metrics
+//! With the feature `metrics`, acquisitions, waits, holds, lost leases, renewals, releases and
+//! the leases held and tasks waiting are recorded on the [`metrics`](https://docs.rs/metrics)
+//! facade, labelled by backend name and key template (never the rendered key); see
+//! `describe_metrics` and [`Lock::template`].
+//!
+//! See `docs/` in the repository for the design decisions, the ACL a lock user needs, the
+//! metrics, and operations.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -68,6 +74,7 @@ mod key_events;
 mod label;
 mod lease;
 mod lock;
+mod metrics;
 mod owner;
 mod policy;
 mod redact;
@@ -83,6 +90,8 @@ mod watchdog;
 #[path = "private.rs"]
 pub mod __private;
 
+#[cfg(feature = "metrics")]
+pub use crate::metrics::describe_metrics;
 pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
 pub use backend::{
     Backend, BackendBuilder, HeldLock, LockEvent, LockEventKind, LockEvents, Notifications,

@@ -7,6 +7,7 @@ use crate::context;
 use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
 use crate::lease::Terms;
+use crate::metrics::{self, Labels, Template};
 use crate::policy::{Lease, OnLost, Wait};
 use crate::registry::{Registry, DEFAULT_BACKEND};
 use std::borrow::Cow;
@@ -49,6 +50,7 @@ pub struct Lock {
     on_lost: OnLost,
     max_hold: Option<Duration>,
     backend: Target,
+    template: Template,
 }
 
 #[derive(Debug, Clone)]
@@ -81,6 +83,7 @@ impl Lock {
             on_lost: OnLost::Checkpoint,
             max_hold: None,
             backend: Target::Named(Cow::Borrowed(DEFAULT_BACKEND)),
+            template: Template::UNTEMPLATED,
         }
     }
 
@@ -118,6 +121,33 @@ impl Lock {
     /// lock forever; the call then sees a lost lease. Default: none.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// The key's template: the key with its variable parts named rather than filled in, such as
+    /// `"invoice:<id>"` for `Lock::new(format!("invoice:{id}"))`. With the `metrics` feature it
+    /// is the `lock` label of every metric this lock emits (listed in the repository's
+    /// `docs/design.md`, *Metrics*); without it, it is not kept. It never changes the key.
+    /// Default: `"untemplated"` — never the rendered key, which would make a time series per
+    /// key. `#[distributed_lock]` sets it to the `key` (or `keys`) it was given.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::{Backend, Lock};
+    ///
+    /// let backend = Backend::in_process();
+    /// let id = 17;
+    /// Lock::new(format!("invoice:{id}"))
+    ///     .template("invoice:<id>")
+    ///     .on(&backend)
+    ///     .run(async {})
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn template(mut self, template: impl Into<Cow<'static, str>>) -> Self {
+        self.template = Template::new(template.into());
         self
     }
 
@@ -214,10 +244,25 @@ impl Lock {
         output
     }
 
+    /// Acquires `keys` and counts the outcome.
     async fn acquire_keys(
         self,
         backend: Backend,
         keys: Vec<String>,
+    ) -> Result<LockGuard, LockError> {
+        let labels = Labels::new(|| backend.shared_name(), &self.template);
+        let started = Instant::now();
+        let acquired = self.take_keys(backend, keys, &labels, started).await;
+        metrics::acquisition(&labels, &acquired, started.elapsed());
+        acquired
+    }
+
+    async fn take_keys(
+        self,
+        backend: Backend,
+        keys: Vec<String>,
+        labels: &Labels,
+        started: Instant,
     ) -> Result<LockGuard, LockError> {
         let (ttl, renewing) = match self.lease {
             Lease::Watchdog => (backend.watchdog_timeout(), true),
@@ -240,12 +285,11 @@ impl Lock {
         for key in &keys {
             crate::key::validate(key, backend.inner.settings.max_key_len)?;
         }
-        let started = Instant::now();
         let deadline = match self.wait {
             Wait::For(budget) => Some(started + budget),
             Wait::Forever => None,
         };
-        let mut guard = LockGuard::new(backend.clone(), keys.len());
+        let mut guard = LockGuard::new(backend.clone(), keys.len(), labels.clone());
         for key in keys {
             let request = Request {
                 backend: &backend,
@@ -257,6 +301,7 @@ impl Lock {
                 },
                 started,
                 deadline,
+                labels,
             };
             let lease = match request.acquire(key).await {
                 Ok(lease) => lease,
@@ -272,6 +317,7 @@ impl Lock {
             guard.push(Held { id, lease });
         }
         backend.inner.stats.record_wait(started.elapsed());
+        guard.complete();
         Ok(guard)
     }
 }

@@ -17,6 +17,9 @@ pub struct Spec {
     pub lease: Lease,
     pub on_lost: OnLost,
     pub max_hold: Option<Duration>,
+    /// The key template as written (`keys = [..]`: the templates joined with `,`), the `lock`
+    /// label of the metrics.
+    pub template: &'static str,
 }
 
 /// Acquires every key (all or none, canonical order), runs `body` under the call context with the
@@ -27,6 +30,7 @@ where
     E: From<LockError>,
 {
     let mut lock = Lock::keys(keys)
+        .template(spec.template)
         .backend(spec.backend)
         .wait_policy(spec.wait)
         .lease(spec.lease)

@@ -5,7 +5,7 @@ use crate::config::{backend_from_env, ENV_URL};
 use crate::LockError;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 /// The name annotated functions use when they name no backend.
 pub const DEFAULT_BACKEND: &str = "default";
@@ -52,8 +52,8 @@ impl Registry {
                 "is already registered; configure each backend once, at start-up",
             ));
         }
-        if let Err(existing) = backend.inner.name.set(name.clone()) {
-            if existing != name {
+        if let Err(existing) = backend.inner.name.set(Arc::from(name.as_str())) {
+            if *existing != *name {
                 return Err(LockError::invalid_config(
                     format!("backend `{name}`"),
                     format!("is already registered as `{existing}`; build a separate Backend for each name"),
@@ -95,7 +95,7 @@ impl Registry {
                 ),
             });
         };
-        let _ = backend.inner.name.set(name.to_owned());
+        let _ = backend.inner.name.set(Arc::from(name));
         backends.insert(name.to_owned(), backend.clone());
         Ok(backend)
     }

@@ -17,6 +17,7 @@ use crate::backend::Backend;
 use crate::engine::Ownership;
 use crate::error::LockError;
 use crate::lease::HeldLease;
+use crate::metrics;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
 use crate::wait::Backoff;
@@ -38,6 +39,17 @@ pub enum Released {
     Expired,
     /// Another owner held the key; it was left untouched.
     TakenOver,
+}
+
+impl Released {
+    /// The `outcome` label of `distlock_releases_total`: the variant in snake case.
+    const fn label(self) -> &'static str {
+        match self {
+            Released::Released => "released",
+            Released::Expired => "expired",
+            Released::TakenOver => "taken_over",
+        }
+    }
 }
 
 /// Releases every lease in order (the caller has already taken them out of the watchdog).
@@ -270,15 +282,18 @@ async fn release_one(
                 }
                 Ok(Ownership::Ours) => {
                     Stats::bump(&stats.released);
+                    metrics::released(&lease.labels, Released::Released.label());
                     return Ok(Released::Released);
                 }
                 Ok(Ownership::Gone) if reply_lost => {
                     tracing::debug!(target: "distlock::release", "released; an earlier reply was lost");
                     Stats::bump(&stats.released);
+                    metrics::released(&lease.labels, Released::Released.label());
                     return Ok(Released::Released);
                 }
                 Ok(Ownership::Gone) => {
                     Stats::bump(&stats.release_found_expired);
+                    metrics::released(&lease.labels, Released::Expired.label());
                     tracing::warn!(
                         target: "distlock::release",
                         key = %lease.key,
@@ -288,6 +303,7 @@ async fn release_one(
                 }
                 Ok(Ownership::Foreign) => {
                     Stats::bump(&stats.release_found_foreign);
+                    metrics::released(&lease.labels, Released::TakenOver.label());
                     tracing::warn!(
                         target: "distlock::release",
                         key = %lease.key,

@@ -9,6 +9,7 @@
 use crate::engine::{Engine, Ownership, Renewal};
 use crate::error::LostReason;
 use crate::lease::HeldLease;
+use crate::metrics;
 use crate::sparse::shrink_when_sparse;
 use crate::stats::Stats;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -301,6 +302,7 @@ fn apply(shared: &Shared, outcome: BatchOutcome) -> Option<Instant> {
             Some(Ownership::Ours) => {
                 lease.renewed(outcome.sent_at);
                 Stats::bump(&shared.stats.renewed);
+                metrics::renewed(&lease.labels);
                 entry.next_renewal = outcome.sent_at + lease.ttl / 3;
             }
             Some(Ownership::Gone) => lease.mark_lost(LostReason::Gone),

@@ -7,6 +7,7 @@ use crate::stats::{Stats, StatsSnapshot};
 use crate::wait::Gates;
 use crate::watchdog::Watchdog;
 use crate::{BackendError, Finding, LockError};
+use once_cell::sync::Lazy;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -21,6 +22,9 @@ pub(crate) struct Settings {
     /// Fraction of a lease's TTL taken off its validity for clock drift.
     pub(crate) drift_factor: f64,
 }
+
+/// The name of a backend that was never registered.
+const UNREGISTERED: &str = "unregistered";
 
 /// The smallest lease the library accepts: below it, clock drift and one round trip eat the lease.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -54,7 +58,8 @@ pub struct Backend {
 }
 
 pub(crate) struct BackendInner {
-    pub(crate) name: OnceLock<String>,
+    /// Set once, by the registry; shared so a metrics label of it copies no text.
+    pub(crate) name: OnceLock<Arc<str>>,
     pub(crate) settings: Settings,
     pub(crate) engine: Arc<dyn Engine>,
     pub(crate) watchdog: Watchdog,
@@ -100,7 +105,17 @@ impl Backend {
 
     /// The registry name, or `"unregistered"` for a backend used only through [`Lock::on`](crate::Lock::on).
     pub fn name(&self) -> &str {
-        self.inner.name.get().map_or("unregistered", String::as_str)
+        self.inner.name.get().map_or(UNREGISTERED, |name| name)
+    }
+
+    /// [`name`](Self::name), shared: the `backend` label of the metrics.
+    pub(crate) fn shared_name(&self) -> Arc<str> {
+        static UNREGISTERED_SHARED: Lazy<Arc<str>> = Lazy::new(|| Arc::from(UNREGISTERED));
+        self.inner
+            .name
+            .get()
+            .unwrap_or(&UNREGISTERED_SHARED)
+            .clone()
     }
 
     /// What kind of backend this is: `"redis"`, `"sentinel"`, `"cluster"`, `"redlock"` or
