@@ -164,3 +164,44 @@ async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
     assert_eq!(holder.inspect("k").await.unwrap(), None);
     eprintln!("ACL without pub/sub rights: waiting failed after {took:?} with: {text}");
 }
+
+/// The doctor checks the URL's user with `ACL DRYRUN`: a user without the release channels is
+/// named with the rules to grant; the full rules leave nothing to report; a user that may not
+/// run `ACL DRYRUN` gets "unchecked", never a silent pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_names_missing_rights_of_the_lock_user() {
+    let server = RedisServer::start();
+    let inspect_rights = " +acl|whoami +acl|dryrun +config|get +info";
+    let full = distlock::redis_acl_rules(PREFIX) + inspect_rights;
+    let url = create_user(&server, "full", &full);
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let findings = backend.doctor().await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .all(|f| f.check != "acl" && f.check != "unchecked"),
+        "{findings:?}"
+    );
+
+    let no_channels = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    let url = create_user(&server, "nochan", &(no_channels + inspect_rights));
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let findings = backend.doctor().await.unwrap();
+    let acl = findings
+        .iter()
+        .find(|f| f.check == "acl")
+        .unwrap_or_else(|| panic!("no acl finding: {findings:?}"));
+    assert!(acl.advice.contains("`nochan`"), "{acl}");
+    assert!(acl.advice.contains("SUBSCRIBE"), "{acl}");
+    assert!(acl.advice.contains("ACL SETUSER nochan"), "{acl}");
+
+    let url = create_user(&server, "plain", &distlock::redis_acl_rules(PREFIX));
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let findings = backend.doctor().await.unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.check == "unchecked" && f.advice.contains("ACL")),
+        "{findings:?}"
+    );
+}

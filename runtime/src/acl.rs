@@ -6,6 +6,8 @@
 ///
 /// Redis 7 users start with no pub/sub channels (`resetchannels`): without the `&…` rule a
 /// waiter cannot subscribe to release notifications, and the release script's `PUBLISH` fails.
+/// `PUBSUB NUMSUB` lets inspect count the processes waiting for a lock (without it they are
+/// reported unknown).
 ///
 /// ```
 /// let rules = distlock::redis_acl_rules("billing");
@@ -13,7 +15,7 @@
 /// // ACL SETUSER locker on >secret <rules>
 /// ```
 pub fn redis_acl_rules(prefix: &str) -> String {
-    format!("{} {}", common_rules(prefix), "+publish")
+    format!("{} {}", common_rules(prefix), "+publish +pubsub|numsub")
 }
 
 /// [`redis_acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
@@ -27,7 +29,7 @@ pub fn redis_acl_rules(prefix: &str) -> String {
 /// ```
 pub fn redis_cluster_acl_rules(prefix: &str) -> String {
     format!(
-        "{} +spublish +ssubscribe +sunsubscribe +cluster|slots +asking",
+        "{} +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +cluster|slots +asking",
         common_rules(prefix)
     )
 }

@@ -8,8 +8,9 @@ use std::fmt;
 #[non_exhaustive]
 pub struct Finding {
     /// Short, stable name: `"eviction"`, `"persistence"`, `"replica-lag"`, `"replicas"` (fewer
-    /// online than `min_replicas` needs), `"unchecked"`, and for Redlock `"unreachable"` (a
-    /// master that did not answer).
+    /// online than `min_replicas` needs), `"version"` (a server too old), `"acl"` (the user
+    /// may not run what locks need), `"unchecked"`, and for Redlock `"unreachable"` (a master
+    /// that did not answer).
     pub check: &'static str,
     /// What is wrong, why it matters for locks, and what to do.
     pub advice: String,
@@ -105,6 +106,73 @@ pub(crate) fn judge(
     findings
 }
 
+/// The oldest Redis the scripts run on (`SET … KEEPTTL`, `redis.pcall` error tables, `PUBSUB
+/// SHARDNUMSUB` on a cluster need 7.0; one server needs 6.2).
+const OLDEST_REDIS: (u32, u32) = (6, 2);
+
+/// Judges `INFO server`: a server older than distlock supports is a finding; Valkey reports its
+/// own version beside the Redis one it is compatible with.
+pub(crate) fn judge_version(info: &str) -> Option<Finding> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    if field("valkey_version").is_some() {
+        return None;
+    }
+    let version = field("redis_version")?;
+    let mut parts = version
+        .split('.')
+        .map(|part| part.parse::<u32>().unwrap_or(0));
+    let found = (parts.next()?, parts.next().unwrap_or(0));
+    (found < OLDEST_REDIS).then(|| Finding {
+        check: "version",
+        advice: format!(
+            "the server is Redis {version}; distlock needs Redis {}.{} or later (7.0 for a \
+             cluster) and is tested on 7.0 and Valkey 8.1: upgrade the lock server",
+            OLDEST_REDIS.0, OLDEST_REDIS.1
+        ),
+    })
+}
+
+/// Judges the `ACL DRYRUN` answers for `user`: each command locks need that the user may not
+/// run (on keys and channels under the prefix) is named, with the rules to grant.
+pub(crate) fn judge_acl(
+    user: &str,
+    denied: &[String],
+    prefix: &str,
+    cluster: bool,
+) -> Vec<Finding> {
+    if denied.is_empty() {
+        return Vec::new();
+    }
+    let rules = match cluster {
+        true => crate::acl::redis_cluster_acl_rules(prefix),
+        false => crate::acl::redis_acl_rules(prefix),
+    };
+    vec![Finding {
+        check: "acl",
+        advice: format!(
+            "the Redis user `{user}` may not do what locks under `{prefix}` need ({}); grant it \
+             `ACL SETUSER {user} {rules}`",
+            denied.join("; ")
+        ),
+    }]
+}
+
+/// The ACL could not be checked (the user may not run `what`).
+pub(crate) fn acl_unchecked(what: &str) -> Finding {
+    Finding {
+        check: "unchecked",
+        advice: format!(
+            "could not check the ACL ({what} denied, or a server older than 7.0); run the \
+             doctor with an operator's credentials, or compare the user's rules with \
+             distlock::redis_acl_rules"
+        ),
+    }
+}
+
 fn unchecked(setting: &str) -> Finding {
     Finding {
         check: "unchecked",
@@ -152,5 +220,27 @@ mod tests {
             "{exact:?}"
         );
         assert_eq!(judge(None, None, None, "", 0)[0].check, "unchecked");
+    }
+
+    #[test]
+    fn old_servers_and_missing_rights_are_named() {
+        let old = judge_version("# Server\r\nredis_version:6.0.16\r\n").unwrap();
+        assert!(old.advice.contains("Redis 6.0.16"), "{old}");
+        assert!(judge_version("redis_version:7.0.15\r\n").is_none());
+        assert!(judge_version("redis_version:7.2.4\r\nvalkey_version:8.1.8\r\n").is_none());
+        let acl = judge_acl(
+            "locker",
+            &["SUBSCRIBE: no channel".into()],
+            "billing",
+            false,
+        );
+        assert_eq!(acl[0].check, "acl");
+        assert!(
+            acl[0]
+                .advice
+                .contains("ACL SETUSER locker resetkeys ~billing:*"),
+            "{acl:?}"
+        );
+        assert!(judge_acl("locker", &[], "billing", false).is_empty());
     }
 }

@@ -23,6 +23,11 @@ impl LuaScript {
         }
     }
 
+    /// The script's SHA1, as `EVALSHA` takes it.
+    pub(crate) fn sha(&self) -> &str {
+        self.sha.as_str()
+    }
+
     /// `EVALSHA <sha> <numkeys> keys… args…`
     pub(crate) fn evalsha(&self, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");

@@ -788,13 +788,63 @@ impl Node {
         let mut info = redis::cmd("INFO");
         info.arg("replication");
         let replication: String = self.raw_query(&info).await.unwrap_or_default();
-        Ok(crate::doctor::judge(
+        let mut findings = crate::doctor::judge(
             settings[0].as_deref(),
             settings[1].as_deref(),
             settings[2].as_deref(),
             &replication,
             self.replica_ack.map_or(0, |ack| ack.replicas),
-        ))
+        );
+        let mut server = redis::cmd("INFO");
+        server.arg("server");
+        let server: String = self.raw_query(&server).await.unwrap_or_default();
+        findings.extend(crate::doctor::judge_version(&server));
+        findings.extend(self.check_acl().await);
+        Ok(findings)
+    }
+
+    /// What the connection's user may not do of what locks need, asked with `ACL DRYRUN` (Redis
+    /// ≥ 7.0, and a right of its own: without it the check is reported unchecked).
+    async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
+        let user: String = match self
+            .raw_query(&redis::cmd("ACL").arg("WHOAMI").clone())
+            .await
+        {
+            Ok(user) => user,
+            Err(_) => return vec![crate::doctor::acl_unchecked("ACL WHOAMI")],
+        };
+        let lock = crate::key::lock_name(&self.prefix, "doctor-probe");
+        let channel = crate::key::channel_of(&lock);
+        let (publish, subscribe) = match self.publish {
+            "SPUBLISH" => ("SPUBLISH", "SSUBSCRIBE"),
+            _ => ("PUBLISH", "SUBSCRIBE"),
+        };
+        let mut needed: Vec<Vec<&str>> = vec![
+            vec!["EVALSHA", ACQUIRE.sha(), "1", &lock],
+            vec!["EVAL", "return 0", "1", &lock],
+            vec!["GET", &lock],
+            vec!["SET", &lock, "v", "PX", "1"],
+            vec!["SETRANGE", &lock, "0", "W"],
+            vec!["PEXPIRE", &lock, "1"],
+            vec!["PTTL", &lock],
+            vec!["TIME"],
+            vec![publish, &channel, "m"],
+            vec![subscribe, &channel],
+        ];
+        if self.replica_ack.is_some() {
+            needed.push(vec!["WAIT", "1", "1"]);
+        }
+        let mut denied = Vec::new();
+        for command in &needed {
+            let mut dryrun = redis::cmd("ACL");
+            dryrun.arg("DRYRUN").arg(&user).arg(command);
+            match self.raw_query::<String>(&dryrun).await {
+                Ok(answer) if answer == "OK" => {}
+                Ok(answer) => denied.push(format!("{}: {answer}", command[0])),
+                Err(_) => return vec![crate::doctor::acl_unchecked("ACL DRYRUN")],
+            }
+        }
+        crate::doctor::judge_acl(&user, &denied, &self.prefix, self.publish == "SPUBLISH")
     }
 
     /// Sends `cmd` on the node's connection (a server, or a cluster routing it by its keys).
