@@ -136,7 +136,7 @@ fn spec(lock: &Lock) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     quote! {
-        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold, template: #template }
+        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold, template: #template, kind: ::distlock::LockKind::Exclusive }
     }
 }
 

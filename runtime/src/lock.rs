@@ -6,6 +6,7 @@ use crate::backend::{Backend, MIN_LEASE};
 use crate::context;
 use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
+use crate::kind::LockKind;
 use crate::lease::Terms;
 use crate::metrics::{self, Labels, Template};
 use crate::policy::{Lease, OnLost, Wait};
@@ -51,6 +52,7 @@ pub struct Lock {
     max_hold: Option<Duration>,
     backend: Target,
     template: Template,
+    kind: LockKind,
 }
 
 #[derive(Debug, Clone)]
@@ -84,7 +86,15 @@ impl Lock {
             max_hold: None,
             backend: Target::Named(Cow::Borrowed(DEFAULT_BACKEND)),
             template: Template::UNTEMPLATED,
+            kind: LockKind::Exclusive,
         }
+    }
+
+    /// How the lock is shared: [`LockKind::Exclusive`] (the default: one holder, no readers),
+    /// [`LockKind::Read`] (many readers, no writer), or [`LockKind::Permits`] (a semaphore).
+    pub fn kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Wait at most `budget` in total for a busy lock. Default: zero (one try).

@@ -20,6 +20,8 @@ pub struct Spec {
     /// The key template as written (`keys = [..]`: the templates joined with `,`), the `lock`
     /// label of the metrics.
     pub template: &'static str,
+    /// `mode = "read"` / `"write"` (the default) or `permits = N`.
+    pub kind: crate::LockKind,
 }
 
 /// Acquires every key (all or none, canonical order), runs `body` under the call context with the
@@ -31,6 +33,7 @@ where
 {
     let mut lock = Lock::keys(keys)
         .template(spec.template)
+        .kind(spec.kind)
         .backend(spec.backend)
         .wait_policy(spec.wait)
         .lease(spec.lease)

@@ -1,0 +1,43 @@
+//! Lock kinds: an exclusive (write) lock, a shared read lock, or a semaphore of permits.
+
+/// How a lock is shared between its holders.
+///
+/// ```
+/// use distlock::{Backend, Lock, LockKind};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// let backend = Backend::in_process();
+/// let reader = Lock::new("doc:7").on(&backend).kind(LockKind::Read).acquire().await?;
+/// let another = Lock::new("doc:7").on(&backend).kind(LockKind::Read).acquire().await?;
+/// let writer = Lock::new("doc:7").on(&backend).acquire().await;
+/// assert!(writer.unwrap_err().is_busy(), "readers hold it");
+/// # drop((reader, another));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// One holder at a time, excluding readers too: `mode = "write"`, the default.
+    Exclusive,
+    /// Any number of readers at once, excluding writers: `mode = "read"`. Writer-preferring:
+    /// once a writer waits, new readers queue behind it.
+    Read,
+    /// At most this many holders at once: a semaphore, `permits = N` (at least 1).
+    Permits(u32),
+}
+
+impl LockKind {
+    /// Whether several holders may hold the key at once.
+    pub(crate) fn is_shared(self) -> bool {
+        !matches!(self, LockKind::Exclusive)
+    }
+
+    /// The word users write for it, for messages.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            LockKind::Exclusive => "write (exclusive)".into(),
+            LockKind::Read => "read".into(),
+            LockKind::Permits(n) => format!("semaphore of {n} permits"),
+        }
+    }
+}
