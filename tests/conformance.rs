@@ -5,6 +5,10 @@
 //! alike.
 
 mod common;
+#[path = "conformance/kinds.rs"]
+mod kinds;
+
+use kinds::*;
 
 use common::{Cluster, Fixture, InProcess, Redlock, Sentinel, SingleRedis, Valkey};
 use distlock::__private::raw;
@@ -86,6 +90,12 @@ conformance!(
     the_holder_label_is_stored_with_the_lock,
     list_finds_the_held_locks_matching_a_pattern,
     force_unlock_removes_any_holder_and_fences_it_out,
+    readers_share_and_writers_exclude,
+    a_waiting_writer_holds_new_readers_back,
+    reader_tokens_sit_between_writers,
+    a_semaphore_admits_exactly_its_permits,
+    shared_holders_have_their_own_leases,
+    nested_kinds_reenter_or_refuse_upgrades,
 );
 
 /// `future`'s output, or a panic naming the deadline: a broken implementation fails the test

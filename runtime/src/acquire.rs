@@ -7,13 +7,14 @@ use crate::backend::Backend;
 use crate::engine::{Acquired, Asker};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
+use crate::kind::LockKind;
 use crate::lease::{HeldLease, Terms};
 use crate::metrics::{Labels, Waiting};
 use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::release::release_in_background;
 use crate::stats::Stats;
-use crate::wait::{Backoff, Turn};
+use crate::wait::{Backoff, ReleaseWatch, Turn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -47,9 +48,16 @@ impl Request<'_> {
         );
         async {
             let mut waiting_gauge = Waiting::new(self.labels);
-            let enter = self.backend.inner.gates.enter(&key, self.deadline);
-            let Some(turn) = waiting_gauge.unless_ready(enter).await else {
-                return Err(self.busy(key));
+            // Readers and permit holders do not queue behind each other in this process: each
+            // contends on its own (the server counts them). Writers take the key's local turn.
+            let turn = if self.terms.kind.is_shared() {
+                None
+            } else {
+                let enter = self.backend.inner.gates.enter(&key, self.deadline);
+                let Some(turn) = waiting_gauge.unless_ready(enter).await else {
+                    return Err(self.busy(key));
+                };
+                Some(turn)
             };
             self.contend(Attempt::new(self, key, turn, waiting_gauge))
                 .await
@@ -92,7 +100,13 @@ impl Request<'_> {
             let sent_at = Instant::now();
             attempt.in_flight = true;
             let outcome = engine
-                .acquire(&attempt.key, &attempt.owner, self.terms.ttl, asker)
+                .acquire(
+                    &attempt.key,
+                    &attempt.owner,
+                    self.terms.ttl,
+                    asker,
+                    self.terms.kind,
+                )
                 .await;
             attempt.in_flight = false;
             let span = tracing::Span::current();
@@ -130,10 +144,7 @@ impl Request<'_> {
                     attempt.waiting_gauge.start();
                     let (backoff, hooks) = waiting.get_or_insert_with(|| start_waiting(inner));
                     let confirmed = attempt
-                        .turn
-                        .as_ref()
-                        .expect("the turn is kept until claimed")
-                        .watch
+                        .watch_slot()
                         .as_ref()
                         .is_some_and(|watch| watch.is_confirmed());
                     if !confirmed && !subscribed_since_last_wait {
@@ -147,7 +158,7 @@ impl Request<'_> {
                             .watch(&attempt.key)
                             .await
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
-                        attempt.turn.as_mut().expect("kept").watch = Some(watch);
+                        *attempt.watch_slot() = Some(watch);
                         subscribed_since_last_wait = true;
                         // A reserved lock is not re-checked now: that would take it from the
                         // waiters it is reserved for. A release that slips by before the
@@ -168,13 +179,7 @@ impl Request<'_> {
                         (true, Some(left)) => remaining.map_or(left, |budget| left.min(budget)),
                         _ => backoff.next_delay(remaining, holder_ttl),
                     };
-                    let watch = attempt
-                        .turn
-                        .as_mut()
-                        .expect("kept")
-                        .watch
-                        .as_mut()
-                        .expect("subscribed above");
+                    let watch = attempt.watch_slot().as_mut().expect("subscribed above");
                     tokio::select! {
                         () = watch.released() => {}
                         () = tokio::time::sleep(delay) => {}
@@ -230,23 +235,43 @@ struct Attempt<'a> {
     labels: &'a Labels,
     key: String,
     owner: Owner,
+    /// The key's local turn (writers; readers and permits take none).
     turn: Option<Turn>,
+    /// The release subscription of an attempt without a turn (a turn carries its own).
+    own_watch: Option<ReleaseWatch>,
     /// An acquire request is on its way; its outcome is unknown until the reply arrives.
     in_flight: bool,
     /// A reply was lost: that request may have taken the lock (sticky: a request on a broken
     /// connection can still run after a later reply said "busy").
     reply_lost: bool,
     waiting_gauge: Waiting<'a>,
+    kind: LockKind,
 }
 
 impl<'a> Attempt<'a> {
-    fn new(request: &Request<'a>, key: String, turn: Turn, waiting_gauge: Waiting<'a>) -> Self {
+    /// Where this attempt keeps the key's release subscription: in its turn, handed on with
+    /// it, or its own.
+    fn watch_slot(&mut self) -> &mut Option<ReleaseWatch> {
+        match &mut self.turn {
+            Some(turn) => &mut turn.watch,
+            None => &mut self.own_watch,
+        }
+    }
+
+    fn new(
+        request: &Request<'a>,
+        key: String,
+        turn: Option<Turn>,
+        waiting_gauge: Waiting<'a>,
+    ) -> Self {
         Attempt {
             backend: request.backend,
             labels: request.labels,
             key,
             owner: Owner::random(),
-            turn: Some(turn),
+            turn,
+            own_watch: None,
+            kind: request.terms.kind,
             in_flight: false,
             reply_lost: false,
             waiting_gauge,
@@ -284,6 +309,7 @@ impl Drop for Attempt<'_> {
             self.labels.clone(),
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
+            self.kind,
             self.turn.take(),
         );
         release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);

@@ -5,6 +5,7 @@
 //! part of the locked call.
 
 use crate::backend::Backend;
+use crate::kind::LockKind;
 use crate::lease::HeldLease;
 use crate::LockError;
 use std::future::Future;
@@ -38,11 +39,14 @@ impl Frame {
         std::iter::successors(Some(&**self), |frame| frame.parent.as_deref())
     }
 
-    /// `true` when this task already holds `key` on `backend`.
-    pub(crate) fn holds(self: &Arc<Self>, backend: &Backend, key: &str) -> bool {
-        self.chain().any(|frame| {
-            frame.backend.same_as(backend) && frame.leases.iter().any(|lease| lease.key == key)
-        })
+    /// How this task already holds `key` on `backend` (the outermost hold), if it does.
+    pub(crate) fn held_as(self: &Arc<Self>, backend: &Backend, key: &str) -> Option<LockKind> {
+        self.chain()
+            .filter(|frame| frame.backend.same_as(backend))
+            .flat_map(|frame| frame.leases.iter())
+            .filter(|lease| lease.key == key)
+            .map(|lease| lease.kind)
+            .last()
     }
 
     /// Every lock of this call and of the calls around it must still be held: work inside a nested

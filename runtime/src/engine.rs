@@ -6,6 +6,7 @@
 
 use crate::doctor::Finding;
 use crate::key_events::KeyEventSender;
+use crate::kind::LockKind;
 use crate::owner::Owner;
 use crate::wait::ReleaseWatch;
 use futures_util::future::BoxFuture;
@@ -66,6 +67,8 @@ pub(crate) struct Renewal<'a> {
     pub(crate) key: &'a str,
     pub(crate) owner: &'a Owner,
     pub(crate) ttl: Duration,
+    /// A shared holder (reader, permit) renews its own lease among the key's holders.
+    pub(crate) kind: LockKind,
 }
 
 /// Who holds a lock, as [`Backend::inspect`](crate::Backend::inspect) reports it.
@@ -93,6 +96,10 @@ pub struct Holder {
     /// (one per process, however many of its tasks wait).
     /// `None` when the server would not count them (an ACL without `PUBSUB`).
     pub waiting: Option<u64>,
+    /// For a read lock or a semaphore: how many hold it now (`owner` is then empty, `label` one
+    /// holder's, `ttl` the longest-living holder's, `waited_on` whether a writer or a waiter
+    /// waits). `None` for an exclusive lock.
+    pub shared: Option<u64>,
 }
 
 impl std::fmt::Debug for Holder {
@@ -105,6 +112,7 @@ impl std::fmt::Debug for Holder {
             .field("label", &self.label)
             .field("waited_on", &self.waited_on)
             .field("waiting", &self.waiting)
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -130,19 +138,25 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Take `key` for `owner` with a TTL, or find it busy. Already held by `owner`: refresh the TTL
     /// and return the token issued the first time (idempotent retry). `asker` says whether a busy
     /// reply ends the call, starts a wait, or continues one (see [`Asker`]).
+    ///
+    /// `kind` says how the key is shared: an exclusive lock (a writer), a reader, or a permit of
+    /// a semaphore of `n`. A key held one way is busy for the others (a writer for readers and
+    /// the reverse); a key used as a semaphore is an error for locks and the reverse.
     fn acquire<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
         asker: Asker,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>>;
 
-    /// Delete `key` if `owner` holds it, and notify waiters.
+    /// Delete `key` if `owner` holds it (as `kind`), and notify waiters.
     fn release<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Ownership>>;
 
     /// Renew many leases in one call; one answer per lease, in order: `None` when the engine
@@ -183,6 +197,11 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// map): a release can then run right where a guard is dropped, with no task and no runtime.
     fn answers_at_once(&self) -> bool {
         false
+    }
+
+    /// Whether locks of `kind` can be taken here; the reason when not.
+    fn supports(&self, _kind: LockKind) -> Result<(), String> {
+        Ok(())
     }
 
     /// Server settings that weaken locks.

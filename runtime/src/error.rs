@@ -191,6 +191,20 @@ pub enum LockError {
         /// The `replica_timeout` setting.
         timeout: Duration,
     },
+    /// A call nested in one that holds `key` asked for it in a way the outer hold does not
+    /// cover: a write lock inside a read lock (upgrading is not supported: two readers upgrading
+    /// would wait for each other forever), or a lock inside a semaphore permit (or the reverse).
+    #[error("lock `{key}` is held as a {held} lock by an enclosing call, which does not cover a {wanted} lock: {advice}")]
+    NestedKind {
+        /// The key.
+        key: String,
+        /// How the enclosing call holds it.
+        held: String,
+        /// How the nested call asked for it.
+        wanted: String,
+        /// What to do instead.
+        advice: &'static str,
+    },
     /// `checkpoint()` was called outside a locked call.
     #[error("no lock is held here: distlock::checkpoint() only works inside a locked call (an annotated fn or Lock::run), in the same task")]
     NoContext,

@@ -134,6 +134,12 @@ pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
     lock
 }
 
+/// The sorted set of a shared lock's holders (readers, permits), beside the lock named `lock`
+/// (the scripts derive it the same way).
+pub(crate) fn holders_of(lock: &str) -> String {
+    format!("{lock}:holders")
+}
+
 /// The release notification channel of the lock named `lock` (the release script derives it the
 /// same way).
 pub(crate) fn channel_of(lock: &str) -> String {

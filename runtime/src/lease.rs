@@ -1,6 +1,7 @@
 //! A held lock: owner token, fencing token, local validity and the lost flag.
 
 use crate::error::{LockError, LostReason};
+use crate::kind::LockKind;
 use crate::metrics::{self, Labels};
 use crate::owner::Owner;
 use crate::policy::valid_for;
@@ -34,6 +35,8 @@ pub(crate) struct Terms {
     pub(crate) renewing: bool,
     /// `max_hold`: the watchdog renews only until this long after the request.
     pub(crate) max_hold: Option<Duration>,
+    /// Exclusive, a reader, or a permit.
+    pub(crate) kind: LockKind,
 }
 
 /// One key held by one call.
@@ -50,6 +53,8 @@ pub(crate) struct HeldLease {
     pub(crate) owner: Owner,
     pub(crate) fence: u64,
     pub(crate) ttl: Duration,
+    /// Exclusive, a reader, or a permit: how it is renewed and released.
+    pub(crate) kind: LockKind,
     /// `ttl` less the drift margin: how long a grant or renewal stays valid after it was sent.
     valid_for: Duration,
     /// Renewed by the watchdog (`lease = "watchdog"`), or fixed.
@@ -82,6 +87,7 @@ impl HeldLease {
             owner,
             fence,
             ttl: terms.ttl,
+            kind: terms.kind,
             valid_for,
             renewing: terms.renewing,
             renew_until: terms.max_hold.map(|hold| requested_at + hold),
@@ -98,6 +104,7 @@ impl HeldLease {
         labels: Labels,
         key: String,
         owner: Owner,
+        kind: LockKind,
         turn: Option<Turn>,
     ) -> HeldLease {
         let terms = Terms {
@@ -105,6 +112,7 @@ impl HeldLease {
             drift_factor: 0.0,
             renewing: false,
             max_hold: None,
+            kind,
         };
         let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, Instant::now());
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;

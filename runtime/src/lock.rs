@@ -233,15 +233,16 @@ impl Lock {
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let backend = self.resolve_backend()?;
         let parent = context::current();
-        let missing: Vec<String> = match &parent {
-            Some(frame) => self
-                .keys
-                .iter()
-                .filter(|key| !frame.holds(&backend, key))
-                .cloned()
-                .collect(),
-            None => self.keys.clone(),
-        };
+        let mut missing = Vec::with_capacity(self.keys.len());
+        for key in &self.keys {
+            let held = parent
+                .as_ref()
+                .and_then(|frame| frame.held_as(&backend, key));
+            match held {
+                None => missing.push(key.clone()),
+                Some(held) => covers(key, held, self.kind)?,
+            }
+        }
         if missing.is_empty() {
             return Ok(body.await);
         }
@@ -292,6 +293,28 @@ impl Lock {
                 reason: "no key was given; a lock needs at least one".into(),
             });
         }
+        match self.kind {
+            LockKind::Permits(0) => {
+                return Err(LockError::invalid_config(
+                    "permits",
+                    "is 0; a semaphore needs at least one permit",
+                ))
+            }
+            LockKind::Permits(_) if keys.len() > 1 => {
+                return Err(LockError::invalid_config(
+                    "permits",
+                    format!(
+                        "is set for {} keys; a semaphore is one key (several keys are for \
+                         all-or-none exclusive or read locks)",
+                        keys.len()
+                    ),
+                ))
+            }
+            _ => {}
+        }
+        if let Err(why) = backend.inner.engine.supports(self.kind) {
+            return Err(LockError::invalid_config("kind", why));
+        }
         for key in &keys {
             crate::key::validate(key, backend.inner.settings.max_key_len)?;
         }
@@ -308,6 +331,7 @@ impl Lock {
                     drift_factor: backend.inner.settings.drift_factor,
                     renewing,
                     max_hold: self.max_hold,
+                    kind: self.kind,
                 },
                 started,
                 deadline,
@@ -330,4 +354,25 @@ impl Lock {
         guard.complete();
         Ok(guard)
     }
+}
+
+/// Whether holding `key` as `held` (an enclosing call) covers a nested call asking for it as
+/// `wanted`: a read inside a read or a write, a write inside a write, a permit inside a permit.
+fn covers(key: &str, held: LockKind, wanted: LockKind) -> Result<(), LockError> {
+    let advice = match (held, wanted) {
+        (LockKind::Exclusive, LockKind::Exclusive | LockKind::Read)
+        | (LockKind::Read, LockKind::Read)
+        | (LockKind::Permits(_), LockKind::Permits(_)) => return Ok(()),
+        (LockKind::Read, LockKind::Exclusive) => {
+            "upgrading a read lock to a write lock is not supported (two readers upgrading \
+             would wait for each other forever); take the write lock in the outer call"
+        }
+        _ => "a semaphore and a lock cannot nest on one key; use another key for one of them",
+    };
+    Err(LockError::NestedKind {
+        key: key.to_owned(),
+        held: held.describe(),
+        wanted: wanted.describe(),
+        advice,
+    })
 }

@@ -55,6 +55,7 @@ pub fn assert_from_lock_error<E: From<LockError>>() {}
 pub mod raw {
     use crate::backend::Backend;
     use crate::engine::{Acquired, Asker, Ownership, Renewal};
+    use crate::kind::LockKind;
     use crate::owner::Owner;
     use crate::LockError;
     use std::time::Duration;
@@ -87,7 +88,7 @@ pub mod raw {
         match backend
             .inner
             .engine
-            .acquire(key, &owner(token), ttl, Asker::Once)
+            .acquire(key, &owner(token), ttl, Asker::Once, LockKind::Exclusive)
             .await
         {
             Ok(Acquired::Yes { fence }) => Ok(Some(fence)),
@@ -111,7 +112,7 @@ pub mod raw {
         backend
             .inner
             .engine
-            .release(key, &owner(token))
+            .release(key, &owner(token), LockKind::Exclusive)
             .await
             .map(code)
             .map_err(|failure| backend.backend_error("release", failure))
@@ -129,6 +130,7 @@ pub mod raw {
             key,
             owner: &owner,
             ttl,
+            kind: LockKind::Exclusive,
         }];
         backend
             .inner

@@ -267,7 +267,11 @@ async fn release_one(
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let outcome = backend.inner.engine.release(&lease.key, &lease.owner).await;
+            let outcome = backend
+                .inner
+                .engine
+                .release(&lease.key, &lease.owner, lease.kind)
+                .await;
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,
                 // "ours" that it did and was just undone, "foreign" that someone else won.

@@ -257,6 +257,7 @@ async fn renew(shared: Arc<Shared>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> Ba
             key: &lease.key,
             owner: &lease.owner,
             ttl: lease.ttl,
+            kind: lease.kind,
         })
         .collect();
     let span = tracing::debug_span!("distlock.renew", leases = items.len());

@@ -62,7 +62,7 @@ pub fn parse(value: &str) -> Cell {
         },
         // Released to notified waiters for a moment: `P<token> <until µs>` (`Q`: and someone was
         // turned away meanwhile).
-        "P" | "Q" => Cell::Free {
+        "P" | "Q" | "V" => Cell::Free {
             last_token: rest
                 .split_once(' ')
                 .and_then(|(token, _)| token.parse().ok())

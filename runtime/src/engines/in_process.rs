@@ -6,11 +6,13 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
+use super::in_process_shared::{Shared, SharedLocks};
 use crate::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
 };
 use crate::glob::glob_match;
 use crate::key_events::KeyEventSender;
+use crate::kind::LockKind;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
@@ -31,6 +33,8 @@ pub(crate) struct InProcessEngine {
 #[derive(Default)]
 struct State {
     locks: HashMap<String, Entry>,
+    /// Read locks and semaphores: each holder with its own lease.
+    shared: SharedLocks,
     /// Fencing counters, each forgotten `fence_counter_ttl` after its last use: memory stays
     /// bounded by the keys used recently, as with the Redis counter's TTL.
     counters: HashMap<String, (u64, Instant)>,
@@ -67,6 +71,7 @@ impl InProcessEngine {
         if state.operations_since_sweep >= SWEEP_EVERY {
             state.operations_since_sweep = 0;
             state.locks.retain(|_, entry| entry.expires_at > now);
+            state.shared.retain(|_, shared| shared.prune(now));
         }
         while let Some((expires_at, _)) = state.counter_expiries.front() {
             if *expires_at > now {
@@ -97,33 +102,60 @@ impl InProcessEngine {
         state.locks.get_mut(key)
     }
 
-    fn acquire_now(&self, key: &str, owner: &Owner, ttl: Duration) -> Acquired {
+    fn acquire_now(
+        &self,
+        key: &str,
+        owner: &Owner,
+        ttl: Duration,
+        kind: LockKind,
+    ) -> EngineResult<Acquired> {
         self.with_state(|state, now| {
             if let Some(entry) = Self::live(state, key, now) {
-                if entry.owner == *owner {
+                if kind == LockKind::Exclusive && entry.owner == *owner {
                     entry.expires_at = now + ttl;
-                    return Acquired::Yes { fence: entry.fence };
+                    return Ok(Acquired::Yes { fence: entry.fence });
                 }
-                return Acquired::Busy {
+                return Ok(Acquired::Busy {
                     reserved: false,
                     ttl: Some(entry.expires_at - now),
+                });
+            }
+            if kind.is_shared() {
+                let shared = state
+                    .shared
+                    .entry(key.to_owned())
+                    .or_insert_with(|| Shared::new(kind));
+                if let Some(busy) = shared.enter(key, kind, owner.as_str(), ttl, now)? {
+                    return Ok(busy);
+                }
+                let last = Self::last_token(state, key, now);
+                let fence = match kind {
+                    // A reader's token is the last one issued: a later writer's is larger.
+                    LockKind::Read if last > 0 => return Ok(Acquired::Yes { fence: last }),
+                    LockKind::Read => unix_micros(),
+                    _ => (last + 1).max(unix_micros()),
                 };
+                self.record_token(state, key, fence, now);
+                return Ok(Acquired::Yes { fence });
             }
-            let last = match state.counters.get(key) {
-                Some((last, expires_at)) if *expires_at > now => *last,
-                _ => 0,
-            };
+            if let Some(shared) = state.shared.get_mut(key) {
+                if shared.is_semaphore() {
+                    return Err(EngineFailure {
+                        ambiguous: false,
+                        source: format!(
+                            "the key {key} is a semaphore; a lock on it needs another key"
+                        )
+                        .into(),
+                    });
+                }
+                if shared.prune(now) {
+                    return Ok(shared.writer_waits(now));
+                }
+                state.shared.remove(key);
+            }
+            let last = Self::last_token(state, key, now);
             let fence = (last + 1).max(unix_micros());
-            let expires_at = now + self.fence_counter_ttl;
-            if state
-                .counters
-                .insert(key.to_owned(), (fence, expires_at))
-                .is_none()
-            {
-                state
-                    .counter_expiries
-                    .push_back((expires_at, key.to_owned()));
-            }
+            self.record_token(state, key, fence, now);
             state.locks.insert(
                 key.to_owned(),
                 Entry {
@@ -132,8 +164,29 @@ impl InProcessEngine {
                     expires_at: now + ttl,
                 },
             );
-            Acquired::Yes { fence }
+            Ok(Acquired::Yes { fence })
         })
+    }
+
+    /// The last token issued on `key`, while its counter lives (0: none).
+    fn last_token(state: &State, key: &str, now: Instant) -> u64 {
+        match state.counters.get(key) {
+            Some((last, expires_at)) if *expires_at > now => *last,
+            _ => 0,
+        }
+    }
+
+    fn record_token(&self, state: &mut State, key: &str, fence: u64, now: Instant) {
+        let expires_at = now + self.fence_counter_ttl;
+        if state
+            .counters
+            .insert(key.to_owned(), (fence, expires_at))
+            .is_none()
+        {
+            state
+                .counter_expiries
+                .push_back((expires_at, key.to_owned()));
+        }
     }
 
     fn ownership(state: &mut State, key: &str, owner: &Owner, now: Instant) -> Ownership {
@@ -160,16 +213,28 @@ impl Engine for InProcessEngine {
         // One process, whose local queue orders every caller: no other process's waiters to let
         // first, and no release to announce beyond the queue.
         _asker: Asker,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
-        Box::pin(future::ready(Ok(self.acquire_now(key, owner, ttl))))
+        Box::pin(future::ready(self.acquire_now(key, owner, ttl, kind)))
     }
 
     fn release<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         let outcome = self.with_state(|state, now| {
+            if kind.is_shared() {
+                let Some(shared) = state.shared.get_mut(key) else {
+                    return Ownership::Gone;
+                };
+                let outcome = shared.leave(owner.as_str(), now);
+                if !shared.prune(now) {
+                    state.shared.remove(key);
+                }
+                return outcome;
+            }
             let outcome = Self::ownership(state, key, owner, now);
             if outcome == Ownership::Ours {
                 state.locks.remove(key);
@@ -190,6 +255,16 @@ impl Engine for InProcessEngine {
             batch
                 .iter()
                 .map(|item| {
+                    if item.kind.is_shared() {
+                        return Some(
+                            state
+                                .shared
+                                .get_mut(item.key)
+                                .map_or(Ownership::Gone, |shared| {
+                                    shared.renew(item.owner.as_str(), item.ttl, now)
+                                }),
+                        );
+                    }
                     let outcome = Self::ownership(state, item.key, item.owner, now);
                     if outcome == Ownership::Ours {
                         if let Some(entry) = state.locks.get_mut(item.key) {
@@ -207,6 +282,13 @@ impl Engine for InProcessEngine {
         // Every waiter is in this process: it is waited on while a task waits.
         let waited_on = self.channels.is_watched(key);
         let holder = self.with_state(|state, now| {
+            if let Some(shared) = state.shared.get_mut(key) {
+                if shared.prune(now) {
+                    let fence = Self::last_token(state, key, now);
+                    let shared = &state.shared[key];
+                    return Some(shared.holder(fence, self.label.clone(), now));
+                }
+            }
             Self::live(state, key, now).map(|entry| Holder {
                 owner: entry.owner.as_str().to_owned(),
                 fencing_token: entry.fence,
@@ -214,6 +296,7 @@ impl Engine for InProcessEngine {
                 label: self.label.clone(),
                 waited_on,
                 waiting: Some(u64::from(waited_on)),
+                shared: None,
             })
         });
         Box::pin(future::ready(Ok(holder)))
@@ -248,6 +331,15 @@ impl Engine for InProcessEngine {
                 .filter(|(key, entry)| entry.expires_at > now && glob_match(pattern, key))
                 .map(|(key, _)| key.clone())
                 .collect();
+            keys.extend(
+                state
+                    .shared
+                    .iter_mut()
+                    .filter_map(|(key, shared)| {
+                        (glob_match(pattern, key) && shared.prune(now)).then_some(key)
+                    })
+                    .cloned(),
+            );
             keys.sort_unstable();
             keys
         });
@@ -256,6 +348,12 @@ impl Engine for InProcessEngine {
 
     fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
         let removed = self.with_state(|state, now| {
+            if let Some(mut shared) = state.shared.remove(key) {
+                if shared.prune(now) {
+                    let fence = Self::last_token(state, key, now);
+                    return Some(shared.holder(fence, self.label.clone(), now));
+                }
+            }
             let entry = Self::live(state, key, now)?;
             let holder = Holder {
                 owner: entry.owner.as_str().to_owned(),
@@ -264,6 +362,7 @@ impl Engine for InProcessEngine {
                 label: self.label.clone(),
                 waited_on: false,
                 waiting: None,
+                shared: None,
             };
             state.locks.remove(key);
             // The counter already exceeds the removed token: the next one is larger.
@@ -301,8 +400,8 @@ mod tests {
             let owner = Owner::random();
             let key = format!("k{i}");
             assert!(matches!(
-                store.acquire_now(&key, &owner, Duration::from_secs(1)),
-                Acquired::Yes { .. }
+                store.acquire_now(&key, &owner, Duration::from_secs(1), LockKind::Exclusive),
+                Ok(Acquired::Yes { .. })
             ));
             store.with_state(|state, _| state.locks.remove(&key));
         }
@@ -315,7 +414,7 @@ mod tests {
         // A key used over and over keeps one counter and one queue entry.
         let owner = Owner::random();
         for _ in 0..100 {
-            store.acquire_now("hot", &owner, Duration::from_secs(1));
+            let _ = store.acquire_now("hot", &owner, Duration::from_secs(1), LockKind::Exclusive);
             store.with_state(|state, _| state.locks.remove("hot"));
         }
         let (counters, queued) =

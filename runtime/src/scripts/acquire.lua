@@ -14,6 +14,9 @@
 --              "Q<fence> <until_us>"  the same, and someone was turned away meanwhile: a notified
 --                                     waiter that takes it holds it as "W", so that its release
 --                                     wakes them
+--              "V<fence> <until_us>"  the same, freed by the last reader for the writer that
+--                                     waits: no reader may take it meanwhile (writers first),
+--                                     and the writer holds it as "W" (readers wait behind it)
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
 --            write-back round trip
@@ -34,6 +37,13 @@
 --   3, left     free, but left to the waiters a release notified for `left` more milliseconds
 --               (the caller is not one of them: it waits that long, or for a notification)
 --  -2, 0        the key holds a value distlock did not write (another program uses the name)
+--  -3, 0        the key is a semaphore (shared_acquire.lua), not a lock
+--
+-- Readers (shared_acquire.lua) hold a key as "R<fence>"/"S<fence> <until_us>", their leases in
+-- the sorted set KEYS[i]:holders. A writer finding live readers is busy, and (unless it tries
+-- once) turns the value into "S…" with a writer intent of WRITER_INTENT_MS: new readers queue
+-- behind it until then, and each try of the waiting writer renews it — writers never starve.
+-- Readers whose leases all expired are no obstacle: the key counts as free.
 --
 -- Fencing tokens are max(last + 1, server time in µs), `last` being the token a release left in
 -- the key. The marker keeps tokens increasing when the server clock steps back; the clock keeps them
@@ -41,6 +51,7 @@
 -- bounds memory. Both stay exact as Lua doubles below 2^53 (about 285 years of µs). Numbers are
 -- written with string.format('%.0f'): tostring() keeps only 14 significant digits.
 local step = tonumber(ARGV[1])
+local WRITER_INTENT_MS = 500
 local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
 -- The owner token: after the first space, up to the next one (the holder label follows it).
 local function owner_at(value, space)
@@ -67,12 +78,28 @@ for i, key in ipairs(KEYS) do
     local space = string.find(value, ' ', 2, true)
     if state == 'F' then
       last = tonumber(string.sub(value, 2)) or 0
-    elseif (state == 'P' or state == 'Q') and space then
+    elseif state == 'M' or state == 'N' then
+      code, answer = -3, 0
+    elseif state == 'R' or state == 'S' then
+      last = tonumber(string.sub(value, 2, (space or 0) - 1)) or 0
+      local holders = key .. ':holders'
+      local now_ms = math.floor(clock() / 1000)
+      redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
+      if redis.call('ZCARD', holders) > 0 then
+        if asker ~= '0' then
+          local intent = string.format('%.0f', clock() + WRITER_INTENT_MS * 1000)
+          redis.call('SET', key, 'S' .. string.format('%.0f', last) .. ' ' .. intent, 'KEEPTTL')
+        end
+        code, answer = 0, redis.call('PTTL', key)
+      else
+        redis.call('DEL', holders)
+      end
+    elseif (state == 'P' or state == 'Q' or state == 'V') and space then
       last = tonumber(string.sub(value, 2, space - 1)) or 0
       local left_ms = math.ceil((tonumber(string.sub(value, space + 1)) - clock()) / 1000)
       if left_ms > 0 then
         if asker == '2' then
-          if state == 'Q' then
+          if state ~= 'P' then
             held_as = 'W'
           end
         else

@@ -70,5 +70,7 @@ lua_script!(RELEASE, "release.lua");
 lua_script!(RENEW, "renew.lua");
 lua_script!(INSPECT, "inspect.lua");
 lua_script!(UNLOCK, "unlock.lua");
+lua_script!(SHARED_ACQUIRE, "shared_acquire.lua");
+lua_script!(SHARED_RELEASE, "shared_release.lua");
 lua_script!(FENCED_SET, "fenced_set.lua");
 lua_script!(FENCE_WRITEBACK, "fence_writeback.lua");

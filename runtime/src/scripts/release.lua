@@ -48,7 +48,7 @@ for i, key in ipairs(KEYS) do
         code = 2
       end
     end
-  elseif value and state ~= 'F' and state ~= 'P' and state ~= 'Q' then
+  elseif value and state ~= 'F' and state ~= 'P' and state ~= 'Q' and state ~= 'V' then
     code = -1
   end
   result[i] = code

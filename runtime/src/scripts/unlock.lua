@@ -11,8 +11,20 @@
 -- was free (nothing is written then).
 local value = redis.call('GET', KEYS[1])
 local state = value and string.sub(value, 1, 1)
-if not value or state == 'F' or state == 'P' or state == 'Q' then
+if not value or state == 'F' or state == 'P' or state == 'Q' or state == 'V' then
   return {}
+end
+if state == 'R' or state == 'S' or state == 'M' or state == 'N' then
+  -- Shared (readers, a semaphore): every holder goes; they learn it at their next renewal.
+  local stop = string.find(value, ' ', 2, true)
+  local fence = tonumber(string.sub(value, 2, (stop or 0) - 1))
+  local holders = KEYS[1] .. ':holders'
+  local count = redis.call('ZCARD', holders)
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('DEL', holders)
+  redis.call('SET', KEYS[1], 'F' .. string.format('%.0f', fence + 1), 'PX', ARGV[1])
+  redis.pcall(ARGV[2], KEYS[1] .. ':released', KEYS[1])
+  return {'', fence, pttl, '', (state == 'S' or state == 'N') and 1 or 0, -1, count}
 end
 local space = string.find(value, ' ', 2, true)
 if (state ~= 'L' and state ~= 'W') or not space then

@@ -28,6 +28,7 @@ use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
 use crate::key::{lock_name, KeyNames};
 use crate::key_events::KeyEventSender;
+use crate::kind::LockKind;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{join_all, BoxFuture};
@@ -216,11 +217,10 @@ impl ClusterEngine {
         for (position, &index) in which.iter().enumerate() {
             let leases = &slots[index];
             let items: Vec<Renewal<'_>> = leases.indices.iter().map(|&i| batch[i]).collect();
-            pipe.add_command(Node::renew_command(
-                &leases.locks,
-                &items,
-                load && position == 0,
-            ));
+            pipe.add_command(
+                self.node
+                    .renew_command(&leases.locks, &items, load && position == 0),
+            );
         }
         let route =
             SingleNodeRoutingInfo::SpecificNode(Route::new(slots[which[0]].slot, SlotAddr::Master));
@@ -284,9 +284,16 @@ impl Engine for ClusterEngine {
         owner: &'a Owner,
         ttl: Duration,
         asker: Asker,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
+            if kind.is_shared() {
+                return self
+                    .node
+                    .acquire_shared(&names.lock, owner, ttl, asker, kind)
+                    .await;
+            }
             self.node.acquire(&names, owner, ttl, 1, asker).await
         })
     }
@@ -295,9 +302,21 @@ impl Engine for ClusterEngine {
         &'a self,
         key: &'a str,
         owner: &'a Owner,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
+            if kind.is_shared() {
+                return self
+                    .node
+                    .release_shared(
+                        &names.lock,
+                        owner,
+                        self.fence_counter_ttl,
+                        self.handoff_window(),
+                    )
+                    .await;
+            }
             let reply = self
                 .node
                 .release(&names, owner, self.fence_counter_ttl, self.handoff_window())

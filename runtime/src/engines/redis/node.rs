@@ -18,8 +18,12 @@ use super::tls::{self, TlsFiles};
 use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::key::KeyNames;
+use crate::kind::LockKind;
 use crate::owner::Owner;
-use crate::scripts::{LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW, UNLOCK};
+use crate::scripts::{
+    LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE,
+    UNLOCK,
+};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -513,11 +517,7 @@ impl Node {
         for (item, ttl) in items.iter().zip(&ttls) {
             args.push(item.owner.as_bytes());
             args.push(ttl);
-            args.push(match item.asker {
-                Asker::Once => b"0",
-                Asker::WillWait => b"1",
-                Asker::Waiting => b"2",
-            });
+            args.push(asker_code(item.asker));
         }
         let (reply, acknowledged): (Vec<i64>, _) = self
             .invoke_acked(&ACQUIRE, &keys, &args, self.replica_ack)
@@ -544,6 +544,7 @@ impl Node {
                     ambiguous: false,
                     source: diagnose::foreign_value(&format!("the key {}", item.lock)).into(),
                 }),
+                [-3, _] => Err(kind_mismatch(&item.lock, LockKind::Exclusive)),
                 _ => Err(unexpected("acquire", answer)),
             })
             .collect();
@@ -676,6 +677,108 @@ impl Node {
             .collect())
     }
 
+    /// `shared_acquire.lua`: a reader or a permit of `lock` (already prefixed) for `owner`. With
+    /// replica acknowledgement, a grant the replicas did not confirm is released again
+    /// ([`Acquired::Unreplicated`]).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a dropped call may hold the key; the caller's cleanup
+    /// releases it with the same owner.
+    pub(crate) async fn acquire_shared(
+        &self,
+        lock: &str,
+        owner: &Owner,
+        ttl: Duration,
+        asker: Asker,
+        kind: LockKind,
+    ) -> EngineResult<Acquired> {
+        let holders = crate::key::holders_of(lock);
+        let (letter, permits) = match kind {
+            LockKind::Permits(n) => ("M", n),
+            _ => ("R", 0),
+        };
+        let permits = permits.to_string();
+        let member = self.member(owner);
+        let ttl_ms = millis(ttl);
+        let args: [&[u8]; 5] = [
+            letter.as_bytes(),
+            permits.as_bytes(),
+            &member,
+            &ttl_ms,
+            asker_code(asker),
+        ];
+        let (answer, acknowledged): ([i64; 2], _) = self
+            .invoke_acked(&SHARED_ACQUIRE, &[lock, &holders], &args, self.replica_ack)
+            .await?;
+        let acquired = match answer {
+            [1, fence] if fence > 0 => Acquired::Yes {
+                fence: fence as u64,
+            },
+            [0, ms] => Acquired::Busy {
+                ttl: u64::try_from(ms).ok().map(Duration::from_millis),
+                reserved: false,
+            },
+            [3, ms] => Acquired::Busy {
+                ttl: u64::try_from(ms).ok().map(Duration::from_millis),
+                reserved: true,
+            },
+            [-2, _] => {
+                return Err(EngineFailure {
+                    ambiguous: false,
+                    source: diagnose::foreign_value(&format!("the key {lock}")).into(),
+                })
+            }
+            [-3, _] => return Err(kind_mismatch(lock, kind)),
+            _ => return Err(unexpected("shared acquire", answer)),
+        };
+        match (self.replica_ack, acknowledged, acquired) {
+            (Some(ack), Some(acknowledged), Acquired::Yes { .. })
+                if acknowledged < ack.replicas =>
+            {
+                self.release_shared(lock, owner, ack.marker_ttl, Duration::ZERO)
+                    .await
+                    .map_err(|failure| EngineFailure {
+                        ambiguous: true,
+                        source: failure.source,
+                    })?;
+                Ok(Acquired::Unreplicated {
+                    acknowledged,
+                    wanted: ack.replicas,
+                    timeout: ack.timeout,
+                })
+            }
+            _ => Ok(acquired),
+        }
+    }
+
+    /// `shared_release.lua`: the reader or permit `owner` of `lock` (already prefixed) leaves.
+    pub(crate) async fn release_shared(
+        &self,
+        lock: &str,
+        owner: &Owner,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<Ownership> {
+        let holders = crate::key::holders_of(lock);
+        let member = self.member(owner);
+        let marker_ttl = millis(fence_counter_ttl);
+        let window = millis(handoff_window);
+        let args: [&[u8]; 4] = [&member, &marker_ttl, &window, self.publish.as_bytes()];
+        let code: i64 = self
+            .invoke(&SHARED_RELEASE, &[lock, &holders], &args)
+            .await?;
+        Ok(ownership(code))
+    }
+
+    /// A shared holder's member among the key's holders: `<owner> <label>`.
+    fn member(&self, owner: &Owner) -> Vec<u8> {
+        let mut member = Vec::with_capacity(owner.as_bytes().len() + 1 + self.label.len());
+        member.extend_from_slice(owner.as_bytes());
+        member.push(b' ');
+        member.extend_from_slice(&self.label);
+        member
+    }
+
     /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease; `None` for
     /// a lease extended on the primary but not acknowledged by the replicas wanted.
     pub(crate) async fn renew(
@@ -684,7 +787,7 @@ impl Node {
         batch: &[Renewal<'_>],
     ) -> EngineResult<Vec<Option<Ownership>>> {
         let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
-        let owned = renew_args(batch);
+        let owned = self.renew_args(batch);
         let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         let (codes, acknowledged): (Vec<i64>, _) = self
             .invoke_acked(&RENEW, &keys, &args, self.replica_ack)
@@ -708,12 +811,13 @@ impl Node {
     /// that send it themselves (the cluster engine pipelines one per slot to each node).
     /// `with_source`: `EVAL` with the script's source, which also loads it on the node.
     pub(crate) fn renew_command(
+        &self,
         locks: &[String],
         batch: &[Renewal<'_>],
         with_source: bool,
     ) -> redis::Cmd {
         let keys: Vec<&str> = locks.iter().map(String::as_str).collect();
-        let owned = renew_args(batch);
+        let owned = self.renew_args(batch);
         let args: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
         if with_source {
             RENEW.eval(&keys, &args)
@@ -876,6 +980,10 @@ fn holder_from(reply: Vec<Value>, script: &'static str) -> EngineResult<Option<H
             label: Some(String::from_redis_value(field(3)).ok()?).filter(|l| !l.is_empty()),
             waited_on: i64::from_redis_value(field(4)).ok()? == 1,
             waiting: u64::try_from(i64::from_redis_value(field(5)).ok()?).ok(),
+            shared: match reply.get(6) {
+                Some(count) => Some(u64::from_redis_value(count.clone()).ok()?),
+                None => None,
+            },
         })
     })();
     match parsed {
@@ -979,13 +1087,42 @@ fn ownership(code: i64) -> Ownership {
 }
 
 /// `renew.lua`'s ARGV: owner and TTL of each lease.
-fn renew_args(batch: &[Renewal<'_>]) -> Vec<Vec<u8>> {
-    let mut args = Vec::with_capacity(batch.len() * 2);
-    for item in batch {
-        args.push(item.owner.as_bytes().to_vec());
-        args.push(millis(item.ttl));
+impl Node {
+    /// `renew.lua`'s arguments: per lease its owner (a shared holder: `~<owner> <label>`, its
+    /// member among the key's holders) and TTL.
+    fn renew_args(&self, batch: &[Renewal<'_>]) -> Vec<Vec<u8>> {
+        let mut args = Vec::with_capacity(batch.len() * 2);
+        for item in batch {
+            args.push(match item.kind.is_shared() {
+                true => [&b"~"[..], &self.member(item.owner)].concat(),
+                false => item.owner.as_bytes().to_vec(),
+            });
+            args.push(millis(item.ttl));
+        }
+        args
     }
-    args
+}
+
+/// A key used as a semaphore taken as a lock, or the reverse.
+fn kind_mismatch(lock: &str, kind: LockKind) -> EngineFailure {
+    EngineFailure {
+        ambiguous: false,
+        source: format!(
+            "the key {lock} is used as a lock of another kind than this {} lock (a semaphore \
+             and a read/write lock cannot share a key); give one of them another key",
+            kind.describe()
+        )
+        .into(),
+    }
+}
+
+/// `acquire.lua`'s code for who asks.
+fn asker_code(asker: Asker) -> &'static [u8] {
+    match asker {
+        Asker::Once => b"0",
+        Asker::WillWait => b"1",
+        Asker::Waiting => b"2",
+    }
 }
 
 fn millis(duration: Duration) -> Vec<u8> {

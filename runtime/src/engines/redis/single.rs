@@ -19,6 +19,7 @@ use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
 use crate::key_events::KeyEventSender;
+use crate::kind::LockKind;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::BoxFuture;
@@ -46,6 +47,7 @@ pub(crate) struct RedisEngine {
     releases: GroupCommit<ReleaseBatch>,
     prefix: String,
     fence_counter_ttl: Duration,
+    hooks: SharedHooks,
     subscriber: Arc<Subscriber>,
     /// A release notification was refused (and reported) already.
     publish_refused: AtomicBool,
@@ -96,12 +98,21 @@ impl RedisEngine {
             node,
             prefix: config.prefix.to_owned(),
             fence_counter_ttl: config.fence_counter_ttl,
+            hooks: config.hooks.clone(),
             publish_refused: AtomicBool::new(false),
         })
     }
 
     fn names(&self, key: &str) -> KeyNames {
         KeyNames::new(&self.prefix, key)
+    }
+
+    /// How long the waiters a release notifies have the lock first.
+    fn handoff_window(&self) -> Duration {
+        match crate::hooks::read(&self.hooks).handoff_window {
+            Duration::ZERO => super::node::HANDOFF_WINDOW,
+            set => set,
+        }
     }
 }
 
@@ -112,8 +123,16 @@ impl Engine for RedisEngine {
         owner: &'a Owner,
         ttl: Duration,
         asker: Asker,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
+            if kind.is_shared() {
+                let lock = lock_name(&self.prefix, key);
+                return self
+                    .node
+                    .acquire_shared(&lock, owner, ttl, asker, kind)
+                    .await;
+            }
             let call = LockCall {
                 lock: lock_name(&self.prefix, key),
                 owner: owner.clone(),
@@ -128,9 +147,17 @@ impl Engine for RedisEngine {
         &'a self,
         key: &'a str,
         owner: &'a Owner,
+        kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let lock = lock_name(&self.prefix, key);
+            if kind.is_shared() {
+                let window = self.handoff_window();
+                return self
+                    .node
+                    .release_shared(&lock, owner, self.fence_counter_ttl, window)
+                    .await;
+            }
             let reply = self.releases.submit((lock.clone(), owner.clone())).await?;
             Ok(settle_release(
                 reply,
