@@ -1,16 +1,17 @@
 //! Attribute arguments as written: each recorded with its name's span, unknown and duplicate names
-//! rejected, values checked for their kind only (string literal, array of string literals). What
-//! the strings mean is [`crate::model`]'s business.
+//! rejected, values checked for their kind only (string literal, array of string literals, integer
+//! literal). What the values mean is [`crate::model`]'s business.
 
 use proc_macro2::TokenStream;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
-use syn::{Error, Expr, ExprLit, Ident, Lit, LitStr, Token};
+use syn::{Error, Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Token, UnOp};
 
 use crate::model::Errors;
 
 /// Every argument, in the order the docs and the "expected one of" list present them.
-const NAMES: &str = "`key`, `keys`, `wait`, `lease`, `on_lost`, `backend`, `max_hold`";
+const NAMES: &str =
+    "`key`, `keys`, `mode`, `permits`, `wait`, `lease`, `on_lost`, `backend`, `max_hold`";
 
 /// One argument as written.
 pub(crate) struct Arg<T> {
@@ -21,10 +22,20 @@ pub(crate) struct Arg<T> {
     pub(crate) value: Option<T>,
 }
 
+/// An integer literal as written, sign included: `10`, `-3`.
+pub(crate) struct Integer {
+    /// The whole value, minus sign included, for spans.
+    pub(crate) written: Expr,
+    pub(crate) negative: bool,
+    pub(crate) lit: LitInt,
+}
+
 #[derive(Default)]
 pub(crate) struct Args {
     pub(crate) key: Option<Arg<LitStr>>,
     pub(crate) keys: Option<Arg<Vec<LitStr>>>,
+    pub(crate) mode: Option<Arg<LitStr>>,
+    pub(crate) permits: Option<Arg<Integer>>,
     pub(crate) wait: Option<Arg<LitStr>>,
     pub(crate) lease: Option<Arg<LitStr>>,
     pub(crate) on_lost: Option<Arg<LitStr>>,
@@ -58,6 +69,14 @@ impl Args {
             "keys" => {
                 let value = string_array(meta, &name, errors)?;
                 set(&mut self.keys, name, position, value, errors);
+            }
+            "mode" => {
+                let value = string(meta, &name, "mode = \"read\"", errors)?;
+                set(&mut self.mode, name, position, value, errors);
+            }
+            "permits" => {
+                let value = integer(meta, &name, "permits = 10", errors)?;
+                set(&mut self.permits, name, position, value, errors);
             }
             "wait" => {
                 let value = string(meta, &name, "wait = \"1s\"", errors)?;
@@ -173,6 +192,57 @@ fn string_literal(expr: &Expr) -> Option<LitStr> {
             attrs,
         }) if attrs.is_empty() => Some(lit.clone()),
         Expr::Group(group) if group.attrs.is_empty() => string_literal(&group.expr),
+        _ => None,
+    }
+}
+
+fn integer(
+    meta: &ParseNestedMeta<'_>,
+    name: &Ident,
+    example: &str,
+    errors: &mut Errors,
+) -> syn::Result<Option<Integer>> {
+    let Some(expr) = value(meta, errors, Some((name, example)))? else {
+        return Ok(None);
+    };
+    let Some((negative, lit)) = integer_literal(&expr) else {
+        let message = match string_literal(&expr) {
+            // `permits = "10"`: the number is right, only the quotes are not.
+            Some(quoted) if quoted.value().parse::<u64>().is_ok() => format!(
+                "`{name}` expects an integer literal, not a string; write `{name} = {}`",
+                quoted.value()
+            ),
+            _ => format!("`{name}` expects an integer literal, such as `{example}`"),
+        };
+        errors.push(Error::new_spanned(expr, message));
+        return Ok(None);
+    };
+    Ok(Some(Integer {
+        written: expr,
+        negative,
+        lit,
+    }))
+}
+
+/// `10` or `-10` as written (whether it is negative, and the literal), also when a
+/// `macro_rules!` macro passed it in as a fragment. syn keeps the sign inside a negative literal
+/// token (`Literal::i32_unsuffixed(-3)`), so the digits are checked for it too.
+fn integer_literal(expr: &Expr) -> Option<(bool, LitInt)> {
+    match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit),
+            attrs,
+        }) if attrs.is_empty() => Some((lit.base10_digits().starts_with('-'), lit.clone())),
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            attrs,
+        }) if attrs.is_empty() => match integer_literal(expr)? {
+            (false, lit) => Some((true, lit)),
+            // `--3` is not a literal.
+            (true, _) => None,
+        },
+        Expr::Group(group) if group.attrs.is_empty() => integer_literal(&group.expr),
         _ => None,
     }
 }

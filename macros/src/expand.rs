@@ -49,7 +49,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, Stmt};
 
 use crate::duration::{Lease, Wait};
-use crate::model::{Lock, LockedFn, OnLost};
+use crate::model::{Lock, LockKind, LockedFn, OnLost};
 use crate::template::{Segment, Template};
 
 pub(crate) fn expand(lock: &Lock, function: LockedFn) -> TokenStream {
@@ -135,8 +135,23 @@ fn spec(lock: &Lock) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    let kind = lock.kind;
     quote! {
-        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold, template: #template, kind: ::distlock::LockKind::Exclusive }
+        #private::Spec { backend: #backend, wait: #wait, lease: #lease, on_lost: #on_lost, max_hold: #max_hold, template: #template, kind: #kind }
+    }
+}
+
+/// The spec's `kind`, a const expression of the runtime's `LockKind`.
+impl ToTokens for LockKind {
+    fn to_tokens(&self, tokens: &mut TokenStream) {
+        tokens.extend(match self {
+            LockKind::Exclusive => quote!(::distlock::LockKind::Exclusive),
+            LockKind::Read => quote!(::distlock::LockKind::Read),
+            LockKind::Permits(permits) => {
+                let permits = Literal::u32_suffixed(*permits);
+                quote!(::distlock::LockKind::Permits(#permits))
+            }
+        });
     }
 }
 

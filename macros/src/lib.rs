@@ -44,6 +44,8 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `key` | a key template, such as `"order:<order.id>"` | required, unless `keys` is given |
 /// | `keys` | an array of key templates, such as `["account:<from>", "account:<to>"]` | — |
+/// | `mode` | `"read"` or `"write"` | `"write"` |
+/// | `permits` | an integer from `1` to `u32::MAX`, such as `10` | none (no semaphore) |
 /// | `wait` | `"0"`, `"forever"` or a duration | `"0"` |
 /// | `lease` | `"watchdog"` or a duration of at least `100ms` | `"watchdog"` |
 /// | `on_lost` | `"checkpoint"`, `"abort"` or `"ignore"` | `"checkpoint"` |
@@ -54,6 +56,10 @@ use proc_macro::TokenStream;
 /// - **`keys`** — several keys locked together: all of them are acquired, in a canonical (sorted)
 ///   order so that two calls locking the same keys cannot deadlock, or none is. Two templates of
 ///   one attribute must differ.
+/// - **`mode`** — `"write"`: one holder at a time, excluding readers too. `"read"`: any number of
+///   readers at once, excluding writers. With `keys`, every key is locked in that mode.
+/// - **`permits`** — a semaphore: at most this many calls hold the key at once. It takes one
+///   `key` (not `keys`) and no `mode`.
 /// - **`wait`** — how long the call waits for a busy lock before it returns `LockError::Busy`. `"0"`
 ///   tries once; `"forever"` never gives up. Any `wait` works with any `lease`.
 /// - **`lease`** — `"watchdog"`: a short TTL the background watchdog renews while the call runs, so
@@ -72,6 +78,14 @@ use proc_macro::TokenStream;
 /// - **`max_hold`** — a liveness cap for `lease = "watchdog"`: the watchdog stops renewing after
 ///   this long, so a stuck call cannot hold the lock forever; the body then sees a lost lease. A
 ///   fixed `lease` is never renewed, so it does not take `max_hold`.
+///
+/// ```ignore
+/// #[distributed_lock(key = "doc:<id>", mode = "read")]
+/// async fn render(id: u64) -> Result<Html, AppError> { /* many at once, never during a write */ }
+///
+/// #[distributed_lock(key = "api:<tenant>", permits = 10, wait = "5s")]
+/// async fn call_api(tenant: &str) -> Result<Reply, AppError> { /* at most 10 calls per tenant */ }
+/// ```
 ///
 /// A duration is an integer followed by one unit: `ms`, `s`, `m` or `h`, such as `"250ms"`, `"1s"`,
 /// `"2m"`, `"1h"`; `"0"` needs no unit. No spaces, signs, fractions or units below a millisecond.

@@ -13,7 +13,7 @@ use syn::{
     Stmt, Token, Type, Visibility,
 };
 
-use crate::args::{Arg, Args};
+use crate::args::{Arg, Args, Integer};
 use crate::duration::{self, Lease, Wait};
 use crate::template::{Params, Template};
 
@@ -42,6 +42,17 @@ pub(crate) enum OnLost {
     Ignore,
 }
 
+/// `mode` / `permits`: how the lock is shared between its holders (see the attribute's docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// `mode = "write"`, the default: one holder, excluding readers too.
+    Exclusive,
+    /// `mode = "read"`: any number of readers, excluding writers.
+    Read,
+    /// `permits = N`: a semaphore, at most `N` (at least 1) holders at once.
+    Permits(u32),
+}
+
 /// Everything the expansion needs, all of it checked.
 pub(crate) struct Lock {
     pub(crate) backend: String,
@@ -50,6 +61,7 @@ pub(crate) struct Lock {
     pub(crate) on_lost: OnLost,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) keys: Vec<Template>,
+    pub(crate) kind: LockKind,
     /// The declared return type with every `impl Trait` replaced by `_`, for the fake return edge.
     pub(crate) output: Type,
     /// `E` of `Result<T, E>`, as written.
@@ -103,6 +115,7 @@ impl Parse for LockedFn {
 pub(crate) fn validate(args: Args, function: &LockedFn, errors: &mut Errors) -> Option<Lock> {
     let shape = check_signature(&function.sig, errors);
     let keys = check_keys(&args, &function.sig, errors);
+    let kind = check_kind(&args, errors);
 
     let wait = checked(args.wait, Wait::For(Duration::ZERO), duration::wait, errors);
     let lease = checked(args.lease, Lease::Watchdog, duration::lease, errors);
@@ -130,6 +143,7 @@ pub(crate) fn validate(args: Args, function: &LockedFn, errors: &mut Errors) -> 
         on_lost: on_lost?,
         max_hold: max_hold?,
         keys: keys?,
+        kind: kind?,
         output,
         error,
         error_nameable,
@@ -175,6 +189,99 @@ fn backend(lit: &LitStr) -> Result<String, Error> {
         ));
     }
     Ok(name)
+}
+
+/// `mode` or `permits`, not both (a semaphore has no mode), and `permits` only with one `key`.
+/// The conflicts are judged by the arguments' presence, so they are reported beside any error in
+/// the values.
+fn check_kind(args: &Args, errors: &mut Errors) -> Option<LockKind> {
+    let mode = match args.mode.as_ref().and_then(|arg| arg.value.as_ref()) {
+        Some(lit) => keep(mode(lit), errors).map(Some),
+        None => Some(None),
+    };
+    let permits = match args.permits.as_ref().and_then(|arg| arg.value.as_ref()) {
+        Some(integer) => keep(permits(integer), errors).map(Some),
+        None => Some(None),
+    };
+
+    let mut ok = true;
+    // A mode whose value is wrong has its own error; which lock it meant is unknown.
+    if let (Some(mode_arg), Some(permits_arg), Some(Some(kind))) = (&args.mode, &args.permits, mode)
+    {
+        ok = false;
+        let second = if mode_arg.position > permits_arg.position {
+            &mode_arg.name
+        } else {
+            &permits_arg.name
+        };
+        let (written, lock) = match kind {
+            LockKind::Read => ("read", "a shared read lock"),
+            _ => ("write", "an exclusive lock"),
+        };
+        errors.push(Error::new(
+            second.span(),
+            format!(
+                "`permits` and `mode` cannot be combined: `permits` makes a semaphore, which has no mode, and \
+                 `mode = \"{written}\"` {lock}; pick one"
+            ),
+        ));
+    }
+    if let (Some(permits_arg), Some(_)) = (&args.permits, &args.keys) {
+        ok = false;
+        errors.push(Error::new(
+            permits_arg.name.span(),
+            "`permits` cannot be combined with `keys = [..]`: a semaphore counts the holders of one key; use \
+             `key` with `permits`, or `keys` for read or write locks acquired together",
+        ));
+    }
+
+    let kind = match (mode?, permits?) {
+        (_, Some(permits)) => LockKind::Permits(permits),
+        (Some(kind), None) => kind,
+        (None, None) => LockKind::Exclusive,
+    };
+    ok.then_some(kind)
+}
+
+fn mode(lit: &LitStr) -> Result<LockKind, Error> {
+    match lit.value().as_str() {
+        "write" => Ok(LockKind::Exclusive),
+        "read" => Ok(LockKind::Read),
+        other => Err(Error::new(
+            lit.span(),
+            format!("unknown `mode` `{other}`; expected `read` or `write` (a semaphore is `permits = N`, not a mode)"),
+        )),
+    }
+}
+
+/// At least 1, at most `u32::MAX`, written without a sign or a type suffix.
+fn permits(integer: &Integer) -> Result<u32, Error> {
+    let error = |message: String| Error::new_spanned(&integer.written, message);
+    let lit = &integer.lit;
+    if integer.negative {
+        return Err(error(
+            "`permits` cannot be negative; expected how many calls may hold the lock at once, such as \
+             `permits = 10`"
+                .to_owned(),
+        ));
+    }
+    if !lit.suffix().is_empty() {
+        return Err(error(format!(
+            "`permits = {lit}` has a type suffix; write a plain integer, such as `permits = {}`",
+            lit.base10_digits()
+        )));
+    }
+    // The digits are ASCII digits (syn checked them), so a failed parse is an overflow.
+    match lit.base10_digits().parse::<u32>() {
+        Ok(0) => Err(error(
+            "a semaphore needs at least one permit; `permits = 0` would let no call in".to_owned(),
+        )),
+        Ok(permits) => Ok(permits),
+        Err(_) => Err(error(format!(
+            "`permits = {lit}` is more than the maximum, {} (`u32::MAX`)",
+            u32::MAX
+        ))),
+    }
 }
 
 /// `key` xor `keys`, every template checked against the signature.
@@ -326,5 +433,84 @@ impl VisitMut for ImplTraitEraser {
         } else {
             syn::visit_mut::visit_type_mut(self, ty);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    /// The kind `args` describe, or every error message they produce.
+    fn kind(args: proc_macro2::TokenStream) -> Result<LockKind, Vec<String>> {
+        let mut errors = Errors::default();
+        let args = Args::parse(args, &mut errors);
+        let kind = check_kind(&args, &mut errors);
+        match errors.finish() {
+            Ok(()) => Ok(kind.expect("no error, so a kind")),
+            Err(error) => Err(error.into_iter().map(|error| error.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn mode_and_permits_choose_the_kind() {
+        assert_eq!(kind(quote!(key = "k")), Ok(LockKind::Exclusive));
+        assert_eq!(
+            kind(quote!(key = "k", mode = "write")),
+            Ok(LockKind::Exclusive)
+        );
+        assert_eq!(kind(quote!(key = "k", mode = "read")), Ok(LockKind::Read));
+        assert_eq!(
+            kind(quote!(keys = ["a", "b"], mode = "read")),
+            Ok(LockKind::Read)
+        );
+        assert_eq!(
+            kind(quote!(key = "k", permits = 1)),
+            Ok(LockKind::Permits(1))
+        );
+        assert_eq!(
+            kind(quote!(key = "k", permits = 4294967295)),
+            Ok(LockKind::Permits(u32::MAX))
+        );
+        assert_eq!(
+            kind(quote!(key = "k", permits = 0x10)),
+            Ok(LockKind::Permits(16))
+        );
+    }
+
+    #[test]
+    fn permits_out_of_range_or_suffixed_are_rejected() {
+        let first = |args| kind(args).unwrap_err().remove(0);
+        assert!(first(quote!(permits = 0)).starts_with("a semaphore needs at least one permit"));
+        assert!(first(quote!(permits = -3)).starts_with("`permits` cannot be negative"));
+        assert!(first(quote!(permits = 4294967296))
+            .starts_with("`permits = 4294967296` is more than the maximum"));
+        assert!(first(quote!(permits = 10u32)).starts_with("`permits = 10u32` has a type suffix"));
+        // A negative literal token, as a `macro_rules!` fragment or another macro can pass it.
+        let negative = proc_macro2::Literal::i32_unsuffixed(-3);
+        assert!(first(quote!(permits = #negative)).starts_with("`permits` cannot be negative"));
+    }
+
+    #[test]
+    fn permits_has_no_mode_and_one_key() {
+        for mode in ["read", "write"] {
+            let message = kind(quote!(permits = 3, mode = #mode)).unwrap_err();
+            assert_eq!(message.len(), 1, "{message:?}");
+            assert!(message[0].starts_with("`permits` and `mode` cannot be combined"));
+        }
+        let message = kind(quote!(keys = ["a", "b"], permits = 3)).unwrap_err();
+        assert!(message[0].starts_with("`permits` cannot be combined with `keys = [..]`"));
+        // An unknown mode is one error, not a second one about the combination.
+        assert_eq!(
+            kind(quote!(permits = 3, mode = "reed")).unwrap_err().len(),
+            1
+        );
+        // Every mistake at once.
+        assert_eq!(
+            kind(quote!(keys = ["a"], permits = 0, mode = "read"))
+                .unwrap_err()
+                .len(),
+            3
+        );
     }
 }

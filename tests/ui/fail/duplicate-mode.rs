@@ -1,0 +1,16 @@
+use distlock::{distributed_lock, LockError};
+
+pub struct AppError(LockError);
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        AppError(error)
+    }
+}
+
+#[distributed_lock(key = "doc:<id>", mode = "read", mode = "write")]
+async fn run(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+fn main() {}
