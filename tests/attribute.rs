@@ -379,3 +379,74 @@ fn different_argument_tuples_never_render_the_same_key() {
         seen.len()
     );
 }
+
+#[distributed_lock(key = "doc:<id>", mode = "read", backend = "kinds")]
+async fn read_doc(id: u32, together: &tokio::sync::Barrier) -> Result<u64, TestError> {
+    // Both readers must be inside at once for the barrier to open.
+    together.wait().await;
+    Ok(distlock::fencing_token().unwrap())
+}
+
+#[distributed_lock(key = "doc:<id>", mode = "write", backend = "kinds")]
+async fn write_doc(id: u32) -> Result<u64, TestError> {
+    Ok(distlock::fencing_token().unwrap())
+}
+
+#[distributed_lock(key = "api:<tenant>", permits = 2, backend = "kinds")]
+async fn call_api(tenant: &str, together: &tokio::sync::Barrier) -> Result<(), TestError> {
+    together.wait().await;
+    Ok(())
+}
+
+/// `mode = "read"` lets readers in together and keeps writers out; `permits = 2` lets exactly
+/// two calls in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_mode_and_permits_share_as_declared() {
+    let fx = serve("kinds");
+    let both = tokio::sync::Barrier::new(2);
+    let read = tokio::time::timeout(
+        Duration::from_secs(5),
+        futures_util::future::join(read_doc(1, &both), read_doc(1, &both)),
+    )
+    .await
+    .expect("two readers were inside together");
+    let (first, second) = (read.0.unwrap(), read.1.unwrap());
+    assert_eq!(first, second, "readers share the last token");
+    assert!(write_doc(1).await.unwrap() > first);
+
+    let reader = Lock::new("doc:2")
+        .kind(distlock::LockKind::Read)
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let busy = write_doc(2).await.unwrap_err();
+    assert!(
+        matches!(busy, TestError::Lock(LockError::Busy { .. })),
+        "{busy:?}"
+    );
+    reader.release().await.unwrap();
+
+    let pair = tokio::sync::Barrier::new(2);
+    let (first, second) = tokio::time::timeout(
+        Duration::from_secs(5),
+        futures_util::future::join(call_api("acme", &pair), call_api("acme", &pair)),
+    )
+    .await
+    .expect("two permits were held together");
+    first.unwrap();
+    second.unwrap();
+    let held: Vec<_> = futures_util::future::join_all((0..2).map(|_| {
+        Lock::new("api:acme")
+            .kind(distlock::LockKind::Permits(2))
+            .on(fx.backend())
+            .acquire()
+    }))
+    .await;
+    assert!(held.iter().all(Result::is_ok), "{held:?}");
+    let third = call_api("acme", &tokio::sync::Barrier::new(1)).await;
+    assert!(
+        matches!(third, Err(TestError::Lock(LockError::Busy { .. }))),
+        "{third:?}"
+    );
+}

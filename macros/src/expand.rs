@@ -145,11 +145,11 @@ fn spec(lock: &Lock) -> TokenStream {
 impl ToTokens for LockKind {
     fn to_tokens(&self, tokens: &mut TokenStream) {
         tokens.extend(match self {
-            LockKind::Exclusive => quote!(::distlock::LockKind::Exclusive),
-            LockKind::Read => quote!(::distlock::LockKind::Read),
+            LockKind::Exclusive => quote!(::distlock::__private::LockKind::Exclusive),
+            LockKind::Read => quote!(::distlock::__private::LockKind::Read),
             LockKind::Permits(permits) => {
                 let permits = Literal::u32_suffixed(*permits);
-                quote!(::distlock::LockKind::Permits(#permits))
+                quote!(::distlock::__private::LockKind::Permits(#permits))
             }
         });
     }

@@ -3,7 +3,7 @@
 
 pub use crate::context::checkpoint;
 pub use crate::key::KeyBuilder;
-pub use crate::{Lease, LockError, OnLost, Wait};
+pub use crate::{Lease, LockError, LockKind, OnLost, Wait};
 pub use core::time::Duration;
 
 use crate::Lock;
