@@ -698,3 +698,98 @@ async fn the_doctor_names_the_master_of_each_finding() {
         findings[2]
     );
 }
+
+/// Read locks and semaphores by quorum, under concurrency from two clients over 5 masters:
+/// writers overlap nothing, readers share, and a semaphore of 3 (three exclusive slots) never
+/// admits a fourth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_read_locks_and_semaphores_hold_their_bounds() {
+    use distlock::LockKind;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let masters = RedisServer::start_many(5);
+    let clients = [
+        warmed_redlock(urls(&masters), |b| b).await,
+        warmed_redlock(urls(&masters), |b| b).await,
+    ];
+    let readers = Arc::new(AtomicI64::new(0));
+    let writers = Arc::new(AtomicI64::new(0));
+    let inside = Arc::new(AtomicI64::new(0));
+    let (most_readers, most_inside, overlaps) = (
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicI64::new(0)),
+        Arc::new(AtomicI64::new(0)),
+    );
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let backend = clients[task % 2].clone();
+        let (readers, writers, inside) = (readers.clone(), writers.clone(), inside.clone());
+        let (most_readers, most_inside, overlaps) =
+            (most_readers.clone(), most_inside.clone(), overlaps.clone());
+        tasks.push(tokio::spawn(async move {
+            for section in 0..12 {
+                let writes = (section + task) % 4 == 0;
+                let kind = if writes {
+                    LockKind::Exclusive
+                } else {
+                    LockKind::Read
+                };
+                Lock::new("doc")
+                    .kind(kind)
+                    .on(&backend)
+                    .wait(Duration::from_secs(30))
+                    .run(async {
+                        if writes {
+                            let w = writers.fetch_add(1, Ordering::SeqCst) + 1;
+                            let r = readers.load(Ordering::SeqCst);
+                            if w != 1 || r != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            writers.fetch_sub(1, Ordering::SeqCst);
+                        } else {
+                            let r = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                            most_readers.fetch_max(r, Ordering::SeqCst);
+                            if writers.load(Ordering::SeqCst) != 0 {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            readers.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    })
+                    .await
+                    .unwrap();
+                Lock::new("api")
+                    .kind(LockKind::Permits(3))
+                    .on(&backend)
+                    .wait(Duration::from_secs(30))
+                    .run(async {
+                        let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most_inside.fetch_max(n, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (overlaps, most_readers, most_inside) = (
+        overlaps.load(Ordering::SeqCst),
+        most_readers.load(Ordering::SeqCst),
+        most_inside.load(Ordering::SeqCst),
+    );
+    eprintln!(
+        "REDLOCK kinds: 8 tasks x 12 sections over 5 masters: {overlaps} overlaps, at most \
+         {most_readers} readers at once, at most {most_inside} of 3 permits held at once"
+    );
+    assert_eq!(overlaps, 0);
+    assert!(most_readers >= 2, "readers never shared: {most_readers}");
+    assert!(most_inside <= 3, "a fourth permit holder: {most_inside}");
+    assert!(
+        most_inside >= 2,
+        "the permits were never shared: {most_inside}"
+    );
+}

@@ -71,7 +71,7 @@ impl InProcessEngine {
         if state.operations_since_sweep >= SWEEP_EVERY {
             state.operations_since_sweep = 0;
             state.locks.retain(|_, entry| entry.expires_at > now);
-            state.shared.retain(|_, shared| shared.prune(now));
+            state.shared.retain(|_, shared| shared.is_live(now));
         }
         while let Some((expires_at, _)) = state.counter_expiries.front() {
             if *expires_at > now {
@@ -230,7 +230,7 @@ impl Engine for InProcessEngine {
                     return Ownership::Gone;
                 };
                 let outcome = shared.leave(owner.as_str(), now);
-                if !shared.prune(now) {
+                if !shared.is_live(now) {
                     state.shared.remove(key);
                 }
                 return outcome;

@@ -37,6 +37,12 @@ impl Shared {
         !self.holders.is_empty()
     }
 
+    /// Worth keeping: someone holds the key, or a waiting writer's intent still reserves it
+    /// (the last reader left it to that writer: no new reader may take it first).
+    pub(crate) fn is_live(&mut self, now: Instant) -> bool {
+        self.prune(now) || self.writer_until.is_some_and(|until| until > now)
+    }
+
     pub(crate) fn is_semaphore(&self) -> bool {
         matches!(self.kind, LockKind::Permits(_))
     }

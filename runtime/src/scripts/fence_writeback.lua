@@ -3,7 +3,7 @@
 -- the marker's) — only where the lock is still ours.
 --
 -- KEYS[1]  lock key (its layout: acquire.lua)
--- ARGV[1]  owner token
+-- ARGV[1]  owner token (a reader: "~<owner> <label>")
 -- ARGV[2]  the granted fencing token (an integer below 2^53, at least this master's vote)
 --
 -- Returns 1  recorded
@@ -15,6 +15,21 @@ local function owner_at(value, space)
 end
 local value = redis.call('GET', KEYS[1])
 local state = value and string.sub(value, 1, 1)
+if string.sub(ARGV[1], 1, 1) == '~' then
+  -- A reader ("~<owner> <label>", its member of KEYS[1]:holders): the read-held key's token
+  -- becomes at least the granted one, so every later writer's vote here exceeds it.
+  if (state ~= 'R' and state ~= 'S') or not redis.call('ZSCORE', KEYS[1] .. ':holders', string.sub(ARGV[1], 2)) then
+    return 0
+  end
+  local stop = string.find(value, ' ', 2, true)
+  local fence = tonumber(string.sub(value, 2, (stop or 0) - 1))
+  local granted = tonumber(ARGV[2])
+  if granted > fence then
+    local rest = stop and string.sub(value, stop) or ''
+    redis.call('SET', KEYS[1], state .. string.format('%.0f', granted) .. rest, 'KEEPTTL')
+  end
+  return 1
+end
 if state ~= 'L' and state ~= 'W' then
   return 0
 end

@@ -615,12 +615,17 @@ impl Node {
         names: &KeyNames,
         owner: &Owner,
         fence: u64,
+        kind: LockKind,
     ) -> EngineResult<bool> {
+        let who = match kind.is_shared() {
+            true => [&b"~"[..], &self.member(owner)].concat(),
+            false => owner.as_bytes().to_vec(),
+        };
         let done: i64 = self
             .invoke(
                 &FENCE_WRITEBACK,
                 &[&names.lock],
-                &[owner.as_bytes(), fence.to_string().as_bytes()],
+                &[&who, fence.to_string().as_bytes()],
             )
             .await?;
         Ok(done == 1)

@@ -38,6 +38,7 @@
 
 mod fan_out;
 mod operator;
+mod permits;
 
 pub(crate) use fan_out::quorum;
 
@@ -99,6 +100,8 @@ pub(crate) struct RedlockEngine {
     master_timeout: Duration,
     drift_factor: f64,
     publish_refused: AtomicBool,
+    /// The slot each permit holder holds (`permits.rs`), by owner token.
+    permit_slots: std::sync::Mutex<HashMap<String, u32>>,
 }
 
 impl RedlockEngine {
@@ -135,6 +138,7 @@ impl RedlockEngine {
             master_timeout: config.master_timeout,
             drift_factor: config.drift_factor,
             publish_refused: AtomicBool::new(false),
+            permit_slots: std::sync::Mutex::default(),
         })
     }
 
@@ -156,12 +160,15 @@ impl RedlockEngine {
         self.masters.len() - self.quorum + 1
     }
 
+    /// One acquire attempt on every master: an exclusive lock (or a permit's slot), or a
+    /// reader.
     async fn attempt(
         &self,
         names: &KeyNames,
         owner: &Owner,
         ttl: Duration,
         asker: Asker,
+        kind: LockKind,
     ) -> Attempt {
         let started = Instant::now();
         // Every vote is waited for (within the timeout) unless enough refused that no quorum
@@ -182,7 +189,18 @@ impl RedlockEngine {
         let votes = fan_out(
             &self.masters,
             self.master_timeout,
-            |master| master.node.acquire(names, owner, ttl, CLOCK_STEP_US, asker),
+            |master| -> BoxFuture<'_, EngineResult<Acquired>> {
+                match kind {
+                    LockKind::Read => {
+                        Box::pin(
+                            master
+                                .node
+                                .acquire_shared(&names.lock, owner, ttl, asker, kind),
+                        )
+                    }
+                    _ => Box::pin(master.node.acquire(names, owner, ttl, CLOCK_STEP_US, asker)),
+                }
+            },
             hopeless,
         )
         .await;
@@ -218,7 +236,13 @@ impl RedlockEngine {
         // that token again, whatever the other masters hold.
         let mut votes: Vec<u64> = granted.iter().map(|(_, vote)| *vote).collect();
         votes.sort_unstable();
-        let token = votes[self.quorum - 1];
+        // A reader's token is the largest its masters know — at least every writer token a
+        // quorum recorded (its quorum meets each) — and is written back, so every later writer's
+        // quorum meets a master that knows it.
+        let token = match kind {
+            LockKind::Read => *votes.last().expect("a quorum voted"),
+            _ => votes[self.quorum - 1],
+        };
         // A master that voted `T` or more records at least `T` as its token already: when every
         // granting master did, the write-back would change nothing, and every granting
         // master remembers `T` — as many as a write-back would reach.
@@ -234,7 +258,7 @@ impl RedlockEngine {
             let recorded = fan_out(
                 granted.iter().map(|(index, _)| &self.masters[*index]),
                 self.master_timeout,
-                |master| master.node.write_back_fence(names, owner, token),
+                |master| master.node.write_back_fence(names, owner, token, kind),
                 |recorded| confirmations(recorded) >= self.quorum,
             )
             .await;
@@ -261,14 +285,36 @@ impl RedlockEngine {
     /// Releases `owner`'s lock (or votes) on every master, and waits for every answer (within
     /// the per-master timeout): a release not yet sent when its future is dropped — one still
     /// loading its script after NOSCRIPT, say — would leave a copy until its TTL.
-    async fn release_everywhere(&self, names: &KeyNames, owner: &Owner) -> Answers<ReleaseReply> {
+    async fn release_everywhere(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        kind: LockKind,
+    ) -> Answers<ReleaseReply> {
         fan_out(
             &self.masters,
             self.master_timeout,
-            |master| {
-                master
-                    .node
-                    .release(names, owner, self.fence_counter_ttl, HANDOFF_WINDOW)
+            |master| -> BoxFuture<'_, EngineResult<ReleaseReply>> {
+                match kind {
+                    LockKind::Read => Box::pin(async move {
+                        master
+                            .node
+                            .release_shared(
+                                &names.lock,
+                                owner,
+                                self.fence_counter_ttl,
+                                HANDOFF_WINDOW,
+                            )
+                            .await
+                            .map(ReleaseReply::Found)
+                    }),
+                    _ => Box::pin(master.node.release(
+                        names,
+                        owner,
+                        self.fence_counter_ttl,
+                        HANDOFF_WINDOW,
+                    )),
+                }
             },
             all,
         )
@@ -335,17 +381,125 @@ enum Attempt {
     Failed(EngineFailure),
 }
 
-/// Read locks and semaphores over Redlock need their own quorum argument (a semaphore's
-/// holders counted per master do not bound the holders of quorums); not built yet.
-fn shared_unsupported(kind: LockKind) -> EngineFailure {
-    EngineFailure {
-        ambiguous: false,
-        source: format!(
-            "a {} lock is not supported on Redlock yet (only exclusive locks are); use one \
-             Redis primary, Sentinel or a Cluster for read locks and semaphores",
-            kind.describe()
+impl RedlockEngine {
+    /// An exclusive lock (or a permit's slot) or a reader on the lock `names`, by quorum.
+    pub(super) async fn acquire_names(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        ttl: Duration,
+        asker: Asker,
+        kind: LockKind,
+    ) -> EngineResult<Acquired> {
+        match self.attempt(names, owner, ttl, asker, kind).await {
+            Attempt::Granted(fence) => Ok(Acquired::Yes { fence }),
+            failed => {
+                // Give every vote back at once (masters that did not answer included), so a
+                // split vote costs the contenders one round trip, not a TTL.
+                self.release_everywhere(names, owner, kind).await;
+                match failed {
+                    Attempt::Busy(ttl) => Ok(Acquired::Busy {
+                        ttl,
+                        reserved: false,
+                    }),
+                    Attempt::Failed(failure) => Err(failure),
+                    Attempt::Granted(_) => unreachable!("matched above"),
+                }
+            }
+        }
+    }
+
+    /// Releases `owner`'s hold of the lock `names` on every master, judged by quorum.
+    pub(super) async fn release_names(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        kind: LockKind,
+    ) -> EngineResult<Ownership> {
+        let answers = self.release_everywhere(names, owner, kind).await;
+        let (mut ours, mut gone, mut foreign) = (0, 0, 0);
+        let mut failures = Vec::new();
+        for (index, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(ReleaseReply::Found(Ownership::Ours))) => ours += 1,
+                Some(Ok(ReleaseReply::ReleasedUnannounced)) => {
+                    report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
+                    ours += 1;
+                }
+                Some(Ok(ReleaseReply::Found(Ownership::Gone))) => gone += 1,
+                Some(Ok(ReleaseReply::Found(Ownership::Foreign))) => foreign += 1,
+                Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
+                None => {}
+            }
+        }
+        // Judged as the lock is judged, by quorum: ours if a quorum still held it (a stale
+        // copy on a minority does not make an expired lock ours), counting the masters that
+        // did not answer as possibly ours. A master that could not be reached keeps its copy
+        // until its TTL; a minority cannot grant anyone.
+        if ours >= self.quorum || (ours > 0 && ours + failures.len() >= self.quorum) {
+            return Ok(Ownership::Ours);
+        }
+        if foreign >= self.quorum {
+            return Ok(Ownership::Foreign);
+        }
+        if ours + gone + foreign >= self.quorum {
+            return Ok(Ownership::Gone);
+        }
+        Err(summarize(
+            "release",
+            failures,
+            self.masters.len(),
+            self.quorum,
+        ))
+    }
+
+    /// Renews a batch whose locks (`locks[i]` for `batch[i]`) are already named, on every
+    /// master; a lease's renewal decided by quorum.
+    async fn renew_locks(
+        &self,
+        locks: &[String],
+        batch: &[Renewal<'_>],
+    ) -> EngineResult<Vec<Option<Ownership>>> {
+        let answers = fan_out(
+            &self.masters,
+            self.master_timeout,
+            |master| master.node.renew(locks, batch),
+            // Every master's renewal is waited for (within the per-master timeout), not only a
+            // quorum's: a renewal dropped once a quorum answered may never be sent (a master
+            // that is reconnecting, or loading the script), and its copy would expire — one
+            // master fewer between the lease and its loss. Only a lease already lost ends the
+            // wait early.
+            |answers| {
+                self.tally(batch.len(), answers).iter().any(|tally| {
+                    matches!(
+                        self.verdict(*tally),
+                        Some(Ownership::Gone | Ownership::Foreign)
+                    )
+                })
+            },
         )
-        .into(),
+        .await;
+        let tallies = self.tally(batch.len(), &answers);
+        let failures: Vec<(String, EngineFailure)> = answers
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, answer)| match answer {
+                Some(Err(failure)) => Some((self.masters[index].address.clone(), failure)),
+                _ => None,
+            })
+            .collect();
+        if failures.len() == self.masters.len() {
+            return Err(summarize(
+                "renew",
+                failures,
+                self.masters.len(),
+                self.quorum,
+            ));
+        }
+        Ok(tallies
+            .into_iter()
+            .map(|tally| self.verdict(tally))
+            .collect())
     }
 }
 
@@ -359,26 +513,11 @@ impl Engine for RedlockEngine {
         kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
-            if kind.is_shared() {
-                return Err(shared_unsupported(kind));
+            if let LockKind::Permits(permits) = kind {
+                return self.acquire_permit(key, owner, ttl, asker, permits).await;
             }
-            let names = self.names(key);
-            match self.attempt(&names, owner, ttl, asker).await {
-                Attempt::Granted(fence) => Ok(Acquired::Yes { fence }),
-                failed => {
-                    // Give every vote back at once (masters that did not answer included), so a
-                    // split vote costs the contenders one round trip, not a TTL.
-                    self.release_everywhere(&names, owner).await;
-                    match failed {
-                        Attempt::Busy(ttl) => Ok(Acquired::Busy {
-                            ttl,
-                            reserved: false,
-                        }),
-                        Attempt::Failed(failure) => Err(failure),
-                        Attempt::Granted(_) => unreachable!("matched above"),
-                    }
-                }
-            }
+            self.acquire_names(&self.names(key), owner, ttl, asker, kind)
+                .await
         })
     }
 
@@ -389,47 +528,10 @@ impl Engine for RedlockEngine {
         kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
-            if kind.is_shared() {
-                return Err(shared_unsupported(kind));
+            if let LockKind::Permits(permits) = kind {
+                return self.release_permit(key, owner, permits).await;
             }
-            let names = self.names(key);
-            let answers = self.release_everywhere(&names, owner).await;
-            let (mut ours, mut gone, mut foreign) = (0, 0, 0);
-            let mut failures = Vec::new();
-            for (index, answer) in answers.into_iter().enumerate() {
-                match answer {
-                    Some(Ok(ReleaseReply::Found(Ownership::Ours))) => ours += 1,
-                    Some(Ok(ReleaseReply::ReleasedUnannounced)) => {
-                        report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
-                        ours += 1;
-                    }
-                    Some(Ok(ReleaseReply::Found(Ownership::Gone))) => gone += 1,
-                    Some(Ok(ReleaseReply::Found(Ownership::Foreign))) => foreign += 1,
-                    Some(Err(failure)) => {
-                        failures.push((self.masters[index].address.clone(), failure))
-                    }
-                    None => {}
-                }
-            }
-            // Judged as the lock is judged, by quorum: ours if a quorum still held it (a stale
-            // copy on a minority does not make an expired lock ours), counting the masters that
-            // did not answer as possibly ours. A master that could not be reached keeps its copy
-            // until its TTL; a minority cannot grant anyone.
-            if ours >= self.quorum || (ours > 0 && ours + failures.len() >= self.quorum) {
-                return Ok(Ownership::Ours);
-            }
-            if foreign >= self.quorum {
-                return Ok(Ownership::Foreign);
-            }
-            if ours + gone + foreign >= self.quorum {
-                return Ok(Ownership::Gone);
-            }
-            Err(summarize(
-                "release",
-                failures,
-                self.masters.len(),
-                self.quorum,
-            ))
+            self.release_names(&self.names(key), owner, kind).await
         })
     }
 
@@ -438,47 +540,12 @@ impl Engine for RedlockEngine {
         batch: &'a [Renewal<'a>],
     ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
         Box::pin(async move {
-            let locks: Vec<String> = batch.iter().map(|item| self.names(item.key).lock).collect();
-            let answers = fan_out(
-                &self.masters,
-                self.master_timeout,
-                |master| master.node.renew(&locks, batch),
-                // Every master's renewal is waited for (within the per-master timeout), not only a
-                // quorum's: a renewal dropped once a quorum answered may never be sent (a master
-                // that is reconnecting, or loading the script), and its copy would expire — one
-                // master fewer between the lease and its loss. Only a lease already lost ends the
-                // wait early.
-                |answers| {
-                    self.tally(batch.len(), answers).iter().any(|tally| {
-                        matches!(
-                            self.verdict(*tally),
-                            Some(Ownership::Gone | Ownership::Foreign)
-                        )
-                    })
-                },
-            )
-            .await;
-            let tallies = self.tally(batch.len(), &answers);
-            let failures: Vec<(String, EngineFailure)> = answers
-                .into_iter()
-                .enumerate()
-                .filter_map(|(index, answer)| match answer {
-                    Some(Err(failure)) => Some((self.masters[index].address.clone(), failure)),
-                    _ => None,
-                })
+            let (locks, batch) = self.renewal_targets(batch);
+            let batch: Vec<Renewal<'_>> = batch
+                .iter()
+                .map(|(key, renewal)| Renewal { key, ..*renewal })
                 .collect();
-            if failures.len() == self.masters.len() {
-                return Err(summarize(
-                    "renew",
-                    failures,
-                    self.masters.len(),
-                    self.quorum,
-                ));
-            }
-            Ok(tallies
-                .into_iter()
-                .map(|tally| self.verdict(tally))
-                .collect())
+            self.renew_locks(&locks, &batch).await
         })
     }
 
@@ -537,6 +604,9 @@ impl Engine for RedlockEngine {
             // A waiting process subscribes on every master: the most any master counts.
             let waiting = copies.iter().filter_map(|copy| copy.waiting).max();
             let waited_on = copies.iter().any(|copy| copy.waited_on);
+            // Readers each hold a quorum of masters, not all the same: the most any master
+            // counts.
+            let shared = copies.iter().filter_map(|copy| copy.shared).max();
             let first = copies.swap_remove(0);
             Ok(Some(Holder {
                 owner: first.owner,
@@ -545,7 +615,7 @@ impl Engine for RedlockEngine {
                 label: first.label,
                 waited_on,
                 waiting,
-                shared: None,
+                shared,
             }))
         })
     }
@@ -574,13 +644,6 @@ impl Engine for RedlockEngine {
 
     fn watched_channels(&self) -> usize {
         self.channels.watched()
-    }
-
-    fn supports(&self, kind: LockKind) -> Result<(), String> {
-        match kind.is_shared() {
-            true => Err(shared_unsupported(kind).source.to_string()),
-            false => Ok(()),
-        }
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
