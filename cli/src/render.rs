@@ -128,7 +128,12 @@ pub(crate) fn error(format: Format, err: &LockError) {
 }
 
 fn holder_text(holder: &Holder) -> String {
-    let by = holder.label.as_deref().unwrap_or("(no label)");
+    let label = holder.label.as_deref().unwrap_or("(no label)");
+    let by = match holder.shared {
+        // A read lock or a semaphore: how many hold it, and one of them.
+        Some(count) => format!("{count} holder(s) sharing it, one {label}"),
+        None => label.to_owned(),
+    };
     let waiting = match (holder.waited_on, holder.waiting) {
         (_, Some(n)) if n > 0 => format!(", {n} process(es) waiting"),
         (true, _) => ", waited on".to_owned(),
@@ -156,6 +161,7 @@ fn holder_json(key: &str, holder: Option<&Holder>) -> Value {
             "ttl_ms": holder.ttl.as_millis() as u64,
             "waited_on": holder.waited_on,
             "waiting": holder.waiting,
+            "shared": holder.shared,
         }),
         None => json!({ "key": key, "held": false }),
     }

@@ -350,3 +350,34 @@ async fn every_backend_kind_answers() {
         }
     }
 }
+
+/// A read lock held by two processes shows as shared, with how many hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_lock_shows_its_holders() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let first = backend(&url, "reader-1");
+    let second = backend(&url, "reader-2");
+    let _a = Lock::new("doc:1")
+        .kind(distlock::LockKind::Read)
+        .on(&first)
+        .acquire()
+        .await
+        .unwrap();
+    let _b = Lock::new("doc:1")
+        .kind(distlock::LockKind::Read)
+        .on(&second)
+        .acquire()
+        .await
+        .unwrap();
+    let shown = distlock(&url, &["inspect", "doc:1"]);
+    assert_eq!(shown.status.code(), Some(0));
+    assert!(
+        stdout(&shown).contains("2 holder(s) sharing it, one reader-"),
+        "{}",
+        stdout(&shown)
+    );
+    let json = json(&distlock(&url, &["--json", "inspect", "doc:1"]));
+    assert_eq!(json["shared"], 2);
+    assert_eq!(json["held"], true);
+}
