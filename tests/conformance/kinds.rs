@@ -128,6 +128,29 @@ pub(crate) async fn reader_tokens_sit_between_writers<F: Fixture>() {
     let after = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
     assert!(after.fencing_token() > reader_token);
     after.release().await.unwrap();
+
+    // A writer whose lease ran out (stalled, never released): a reader after it gets a larger
+    // token, so the stalled writer's late write is rejected once the reader writes back.
+    let stalled = Lock::new(&key)
+        .on(fx.backend())
+        .lease(Lease::Fixed(Duration::from_millis(150)))
+        .acquire()
+        .await
+        .unwrap();
+    let stalled_token = stalled.fencing_token();
+    let reader = read(&key)
+        .on(fx.backend())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        reader.fencing_token() > stalled_token,
+        "{} <= {stalled_token}",
+        reader.fencing_token()
+    );
+    reader.release().await.unwrap();
+    drop(stalled);
 }
 
 pub(crate) async fn a_semaphore_admits_exactly_its_permits<F: Fixture>() {

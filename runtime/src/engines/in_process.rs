@@ -6,7 +6,7 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
-use super::in_process_shared::{Shared, SharedLocks};
+use super::in_process_shared::{kind_mismatch, Entered, Shared, SharedLocks};
 use crate::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
 };
@@ -16,7 +16,7 @@ use crate::kind::LockKind;
 use crate::owner::Owner;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +42,9 @@ struct State {
     /// amortised O(1) per operation, never by walking all counters. An entry whose counter was
     /// written again since goes back to the end with the new expiry.
     counter_expiries: VecDeque<(Instant, String)>,
+    /// Keys whose counter Redis would still show in the key (a released lock's marker, a shared
+    /// key's state), not only in its clock: a reader's token is then the last one issued.
+    released: HashSet<String>,
     operations_since_sweep: usize,
 }
 
@@ -85,6 +88,7 @@ impl InProcessEngine {
                 }
                 _ => {
                     state.counters.remove(&key);
+                    state.released.remove(&key);
                 }
             }
         }
@@ -107,10 +111,14 @@ impl InProcessEngine {
         key: &str,
         owner: &Owner,
         ttl: Duration,
+        asker: Asker,
         kind: LockKind,
     ) -> EngineResult<Acquired> {
         self.with_state(|state, now| {
             if let Some(entry) = Self::live(state, key, now) {
+                if let LockKind::Permits(_) = kind {
+                    return Err(kind_mismatch(key, kind));
+                }
                 if kind == LockKind::Exclusive && entry.owner == *owner {
                     entry.expires_at = now + ttl;
                     return Ok(Acquired::Yes { fence: entry.fence });
@@ -125,37 +133,46 @@ impl InProcessEngine {
                     .shared
                     .entry(key.to_owned())
                     .or_insert_with(|| Shared::new(kind));
-                if let Some(busy) = shared.enter(key, kind, owner.as_str(), ttl, now)? {
-                    return Ok(busy);
-                }
-                let last = Self::last_token(state, key, now);
-                let fence = match kind {
+                let entered = shared.enter(key, kind, owner.as_str(), ttl, now)?;
+                // The last token, if the last exclusive holder released it (a marker on Redis);
+                // after an expiry Redis has no marker and answers its clock.
+                let last = match state.released.contains(key) {
+                    true => Self::last_token(state, key, now),
+                    false => 0,
+                };
+                let fence = match (entered, kind) {
+                    (Entered::Busy(busy), _) => return Ok(busy),
                     // A reader's token is the last one issued: a later writer's is larger.
-                    LockKind::Read if last > 0 => return Ok(Acquired::Yes { fence: last }),
-                    LockKind::Read => unix_micros(),
+                    (_, LockKind::Read) if last > 0 => return Ok(Acquired::Yes { fence: last }),
+                    (Entered::Again, _) if last > 0 => return Ok(Acquired::Yes { fence: last }),
+                    (_, LockKind::Read) => unix_micros(),
                     _ => (last + 1).max(unix_micros()),
                 };
                 self.record_token(state, key, fence, now);
+                state.released.insert(key.to_owned());
                 return Ok(Acquired::Yes { fence });
             }
             if let Some(shared) = state.shared.get_mut(key) {
-                if shared.is_semaphore() {
-                    return Err(EngineFailure {
-                        ambiguous: false,
-                        source: format!(
-                            "the key {key} is a semaphore; a lock on it needs another key"
-                        )
-                        .into(),
-                    });
+                let live = shared.prune(now);
+                if live && shared.is_semaphore() {
+                    return Err(kind_mismatch(key, kind));
                 }
-                if shared.prune(now) {
-                    return Ok(shared.writer_waits(now));
+                if live {
+                    // A single try is not a waiter: it leaves no intent (acquire.lua alike).
+                    return Ok(match asker {
+                        Asker::Once => Acquired::Busy {
+                            ttl: None,
+                            reserved: false,
+                        },
+                        _ => shared.writer_waits(now),
+                    });
                 }
                 state.shared.remove(key);
             }
             let last = Self::last_token(state, key, now);
             let fence = (last + 1).max(unix_micros());
             self.record_token(state, key, fence, now);
+            state.released.remove(key);
             state.locks.insert(
                 key.to_owned(),
                 Entry {
@@ -210,12 +227,15 @@ impl Engine for InProcessEngine {
         key: &'a str,
         owner: &'a Owner,
         ttl: Duration,
-        // One process, whose local queue orders every caller: no other process's waiters to let
-        // first, and no release to announce beyond the queue.
-        _asker: Asker,
+        // Only whether a writer tries once matters here (it leaves no intent for readers): one
+        // process's local queue orders every caller, with no other process's waiters to let
+        // first and no release to announce beyond the queue.
+        asker: Asker,
         kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
-        Box::pin(future::ready(self.acquire_now(key, owner, ttl, kind)))
+        Box::pin(future::ready(
+            self.acquire_now(key, owner, ttl, asker, kind),
+        ))
     }
 
     fn release<'a>(
@@ -238,6 +258,7 @@ impl Engine for InProcessEngine {
             let outcome = Self::ownership(state, key, owner, now);
             if outcome == Ownership::Ours {
                 state.locks.remove(key);
+                state.released.insert(key.to_owned());
             }
             outcome
         });
@@ -351,6 +372,9 @@ impl Engine for InProcessEngine {
             if let Some(mut shared) = state.shared.remove(key) {
                 if shared.prune(now) {
                     let fence = Self::last_token(state, key, now);
+                    // Every later token is larger than the removed holders' (unlock.lua alike).
+                    self.record_token(state, key, fence + 1, now);
+                    state.released.insert(key.to_owned());
                     return Some(shared.holder(fence, self.label.clone(), now));
                 }
             }
@@ -400,7 +424,13 @@ mod tests {
             let owner = Owner::random();
             let key = format!("k{i}");
             assert!(matches!(
-                store.acquire_now(&key, &owner, Duration::from_secs(1), LockKind::Exclusive),
+                store.acquire_now(
+                    &key,
+                    &owner,
+                    Duration::from_secs(1),
+                    Asker::Once,
+                    LockKind::Exclusive
+                ),
                 Ok(Acquired::Yes { .. })
             ));
             store.with_state(|state, _| state.locks.remove(&key));
@@ -414,7 +444,13 @@ mod tests {
         // A key used over and over keeps one counter and one queue entry.
         let owner = Owner::random();
         for _ in 0..100 {
-            let _ = store.acquire_now("hot", &owner, Duration::from_secs(1), LockKind::Exclusive);
+            let _ = store.acquire_now(
+                "hot",
+                &owner,
+                Duration::from_secs(1),
+                Asker::Once,
+                LockKind::Exclusive,
+            );
             store.with_state(|state, _| state.locks.remove("hot"));
         }
         let (counters, queued) =

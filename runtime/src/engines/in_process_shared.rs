@@ -10,6 +10,16 @@ use std::time::{Duration, Instant};
 /// `WRITER_INTENT_MS`); each try of the writer renews it.
 pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(500);
 
+/// What [`Shared::enter`] found.
+pub(crate) enum Entered {
+    /// A new holder: it gets a token.
+    New,
+    /// Already a holder (a retry after a lost reply): the key's latest token, as on Redis.
+    Again,
+    /// Not admitted.
+    Busy(Acquired),
+}
+
 /// The holders of one shared key.
 pub(crate) struct Shared {
     kind: LockKind,
@@ -57,7 +67,8 @@ impl Shared {
     }
 
     /// Takes a reader's or permit's place for `owner`, or finds the key full (or a writer
-    /// waiting); `fence` is the token to hand out when granted.
+    /// waiting): `Ok(Entered::Busy(..))`. A key whose holders all expired takes any kind, as
+    /// the Redis key would have expired.
     pub(crate) fn enter(
         &mut self,
         key: &str,
@@ -65,24 +76,22 @@ impl Shared {
         owner: &str,
         ttl: Duration,
         now: Instant,
-    ) -> EngineResult<Option<Acquired>> {
-        if kind != self.kind && (self.is_semaphore() || matches!(kind, LockKind::Permits(_))) {
-            return Err(EngineFailure {
-                ambiguous: false,
-                source: format!(
-                    "the key {key} is used as a lock of another kind than this {} lock (a \
-                     semaphore and a read/write lock cannot share a key); give one of them \
-                     another key",
-                    kind.describe()
-                )
-                .into(),
-            });
+    ) -> EngineResult<Entered> {
+        if !self.prune(now) && self.writer_until.is_none_or(|until| until <= now) {
+            *self = Shared::new(kind);
+        }
+        if self.is_semaphore() != matches!(kind, LockKind::Permits(_)) {
+            return Err(kind_mismatch(key, kind));
         }
         self.kind = kind;
-        self.prune(now);
-        if !self.holders.contains_key(owner) {
+        if self.holders.contains_key(owner) {
+            // An idempotent retry: the lease is refreshed.
+            self.holders.insert(owner.to_owned(), now + ttl);
+            return Ok(Entered::Again);
+        }
+        {
             if self.writer_until.is_some_and(|until| until > now) {
-                return Ok(Some(Acquired::Busy {
+                return Ok(Entered::Busy(Acquired::Busy {
                     ttl: self.writer_until.map(|until| until - now),
                     reserved: false,
                 }));
@@ -91,7 +100,7 @@ impl Shared {
                 if self.holders.len() >= permits as usize {
                     self.full_refused = true;
                     let first = self.holders.values().min().copied();
-                    return Ok(Some(Acquired::Busy {
+                    return Ok(Entered::Busy(Acquired::Busy {
                         ttl: first.map(|expiry| expiry - now),
                         reserved: false,
                     }));
@@ -99,7 +108,7 @@ impl Shared {
             }
         }
         self.holders.insert(owner.to_owned(), now + ttl);
-        Ok(None)
+        Ok(Entered::New)
     }
 
     /// `owner` leaves; whether it still held its place.
@@ -139,6 +148,19 @@ impl Shared {
             waiting: Some(u64::from(waited_on)),
             shared: Some(self.holders.len() as u64),
         }
+    }
+}
+
+/// A key used as a semaphore taken as a lock, or the reverse (`-3` from the Redis scripts).
+pub(crate) fn kind_mismatch(key: &str, kind: LockKind) -> EngineFailure {
+    EngineFailure {
+        ambiguous: false,
+        source: format!(
+            "the key {key} is used as a lock of another kind than this {} lock (a semaphore \
+             and a read/write lock cannot share a key); give one of them another key",
+            kind.describe()
+        )
+        .into(),
     }
 }
 

@@ -93,6 +93,10 @@ for i, key in ipairs(KEYS) do
         code, answer = 0, redis.call('PTTL', key)
       else
         redis.call('DEL', holders)
+        -- Readers turned away by the intent wait for this writer's release: announce it.
+        if state == 'S' then
+          held_as = 'W'
+        end
       end
     elseif (state == 'P' or state == 'Q' or state == 'V') and space then
       last = tonumber(string.sub(value, 2, space - 1)) or 0

@@ -31,7 +31,10 @@ for i, key in ipairs(KEYS) do
     local member = string.sub(owner, 2)
     local expiry = redis.call('ZSCORE', holders, member)
     local ttl = tonumber(ARGV[2 * i])
-    if expiry and tonumber(expiry) > clock_ms() and string.find('RSMN', state or '-', 1, true) then
+    if state == 'L' or state == 'W' then
+      -- A writer holds the key now: this reader's lease is gone, and someone else has it.
+      result[i] = -1
+    elseif expiry and tonumber(expiry) > clock_ms() and string.find('RSMN', state or '-', 1, true) then
       redis.call('ZADD', holders, clock_ms() + ttl, member)
       if redis.call('PTTL', key) < ttl then
         redis.call('PEXPIRE', key, ttl)

@@ -19,7 +19,8 @@
 -- ARGV[4]  lease TTL in milliseconds
 -- ARGV[5]  who asks: "0" once, "1" first try of a waiter, "2" a waiter (see acquire.lua)
 --
--- Returns {1, fence} granted (or already ours: an idempotent retry refreshes the lease);
+-- Returns {1, fence} granted (or already ours: an idempotent retry refreshes the lease and
+--                    answers the key's latest token — for a permit, possibly a later holder's);
 --         {0, ms}    busy for about ms more (a writer holds or waits, or no permit is free);
 --         {3, ms}    free but left to the waiters a release notified for ms more;
 --         {-2, 0}    the key holds a value distlock did not write;
@@ -36,9 +37,12 @@ local now_ms = math.floor(now_us / 1000)
 local value = redis.call('GET', KEYS[1])
 local state = value and string.sub(value, 1, 1)
 local space = value and string.find(value, ' ', 2, true)
-local last = value and tonumber(string.sub(value, 2, (space or 0) - 1)) or 0
-if value and not last then
-  return {-2, 0}
+local last = 0
+if value then
+  last = tonumber(string.sub(value, 2, (space or 0) - 1))
+  if not last then
+    return {-2, 0}
+  end
 end
 if state == 'L' or state == 'W' then
   if kind == 'M' then
