@@ -96,6 +96,7 @@ conformance!(
     a_semaphore_admits_exactly_its_permits,
     shared_holders_have_their_own_leases,
     nested_kinds_reenter_or_refuse_upgrades,
+    a_slow_backoff_does_not_let_readers_past_a_waiting_writer,
 );
 
 /// `future`'s output, or a panic naming the deadline: a broken implementation fails the test

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use crate::engine::{Acquired, Asker};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
-use crate::kind::LockKind;
+use crate::kind::{LockKind, WRITER_RETRY};
 use crate::lease::{HeldLease, Terms};
 use crate::metrics::{Labels, Waiting};
 use crate::owner::Owner;
@@ -178,6 +178,12 @@ impl Request<'_> {
                     let delay = match (reserved, holder_ttl) {
                         (true, Some(left)) => remaining.map_or(left, |budget| left.min(budget)),
                         _ => backoff.next_delay(remaining, holder_ttl),
+                    };
+                    // A waiting writer renews its intent (new readers queue behind it) at each
+                    // try: it tries again before the intent lapses, whatever `max_backoff` says.
+                    let delay = match self.terms.kind {
+                        LockKind::Exclusive => delay.min(WRITER_RETRY),
+                        _ => delay,
                     };
                     let watch = attempt.watch_slot().as_mut().expect("subscribed above");
                     tokio::select! {

@@ -1,5 +1,15 @@
 //! Lock kinds: an exclusive (write) lock, a shared read lock, or a semaphore of permits.
 
+use std::time::Duration;
+
+/// How long a waiting writer's intent holds new readers back (`acquire.lua`'s
+/// `WRITER_INTENT_MS`; the in-process backend's alike).
+pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(500);
+
+/// The longest a waiting writer sleeps between tries, so that its intent is renewed before it
+/// lapses even with a `max_backoff` longer than the intent.
+pub(crate) const WRITER_RETRY: Duration = Duration::from_millis(400);
+
 /// How a lock is shared between its holders.
 ///
 /// ```

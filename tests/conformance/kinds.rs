@@ -318,3 +318,37 @@ pub(crate) async fn nested_kinds_reenter_or_refuse_upgrades<F: Fixture>() {
         .unwrap();
     assert_eq!(reads, 7);
 }
+
+/// With a `max_backoff` longer than the writer's intent, the waiting writer still retries in
+/// time to renew it: new readers stay queued behind it for as long as it waits.
+pub(crate) async fn a_slow_backoff_does_not_let_readers_past_a_waiting_writer<F: Fixture>() {
+    let fx = F::start(|b| b.max_backoff(Duration::from_secs(3)));
+    let other = fx.contender();
+    let key = unique_key("slow-backoff");
+    let reader = read(&key).on(fx.backend()).acquire().await.unwrap();
+    let writer = {
+        let other = other.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            Lock::new(&key)
+                .on(&other)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap()
+        })
+    };
+    until_waited_on(&fx, &key).await;
+    // No event marks an intent lapsing: waiting past its 500 ms is the point.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let late = read(&key).on(&other).acquire().await.unwrap_err();
+        assert!(
+            late.is_busy(),
+            "a reader got past the waiting writer: {late:?}"
+        );
+    }
+    reader.release().await.unwrap();
+    let writer = within(Duration::from_secs(5), writer).await.unwrap();
+    writer.release().await.unwrap();
+}

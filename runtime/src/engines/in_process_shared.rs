@@ -2,13 +2,9 @@
 //! own lease — the semantics of `shared_acquire.lua` for one process.
 
 use crate::engine::{Acquired, EngineFailure, EngineResult, Holder, Ownership};
-use crate::kind::LockKind;
+use crate::kind::{LockKind, WRITER_INTENT};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-
-/// How long a waiting writer's intent holds new readers back (`acquire.lua`'s
-/// `WRITER_INTENT_MS`); each try of the writer renews it.
-pub(crate) const WRITER_INTENT: Duration = Duration::from_millis(500);
 
 /// What [`Shared::enter`] found.
 pub(crate) enum Entered {
