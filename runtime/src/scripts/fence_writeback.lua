@@ -18,7 +18,11 @@ local state = value and string.sub(value, 1, 1)
 if string.sub(ARGV[1], 1, 1) == '~' then
   -- A reader ("~<owner> <label>", its member of KEYS[1]:holders): the read-held key's token
   -- becomes at least the granted one, so every later writer's vote here exceeds it.
-  if (state ~= 'R' and state ~= 'S') or not redis.call('ZSCORE', KEYS[1] .. ':holders', string.sub(ARGV[1], 2)) then
+  local expiry = redis.call('ZSCORE', KEYS[1] .. ':holders', string.sub(ARGV[1], 2))
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  -- Only a reader whose lease is still live records its token.
+  if (state ~= 'R' and state ~= 'S') or not expiry or tonumber(expiry) <= now_ms then
     return 0
   end
   local stop = string.find(value, ' ', 2, true)

@@ -7,7 +7,8 @@
 -- ARGV[3]  how long the waiters a release notifies have the lock first, in milliseconds
 -- ARGV[4]  the command that announces a release: PUBLISH, or SPUBLISH (Redis Cluster)
 --
--- Returns 1 released, 0 the holder's lease had expired (nothing of it was left).
+-- Returns 1 released, 0 the holder's lease had expired (nothing of it was left), 2 released but
+-- the server refused the announcement (the user may not publish on the channel).
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
@@ -48,6 +49,10 @@ else
   return 1
 end
 if waited then
-  redis.pcall(ARGV[4], KEYS[1] .. ':released', KEYS[1])
+  -- pcall: a refused PUBLISH must not turn a done release into an error reply.
+  local published = redis.pcall(ARGV[4], KEYS[1] .. ':released', KEYS[1])
+  if type(published) == 'table' and published.err then
+    return 2
+  end
 end
 return 1

@@ -306,21 +306,16 @@ impl Engine for ClusterEngine {
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
-            if kind.is_shared() {
-                return self
-                    .node
-                    .release_shared(
-                        &names.lock,
-                        owner,
-                        self.fence_counter_ttl,
-                        self.handoff_window(),
-                    )
-                    .await;
-            }
-            let reply = self
-                .node
-                .release(&names, owner, self.fence_counter_ttl, self.handoff_window())
-                .await?;
+            let window = self.handoff_window();
+            let reply = if kind.is_shared() {
+                self.node
+                    .release_shared(&names.lock, owner, self.fence_counter_ttl, window)
+                    .await?
+            } else {
+                self.node
+                    .release(&names, owner, self.fence_counter_ttl, window)
+                    .await?
+            };
             Ok(settle_release(
                 reply,
                 &self.publish_refused,

@@ -763,7 +763,7 @@ impl Node {
         owner: &Owner,
         fence_counter_ttl: Duration,
         handoff_window: Duration,
-    ) -> EngineResult<Ownership> {
+    ) -> EngineResult<ReleaseReply> {
         let holders = crate::key::holders_of(lock);
         let member = self.member(owner);
         let marker_ttl = millis(fence_counter_ttl);
@@ -772,7 +772,10 @@ impl Node {
         let code: i64 = self
             .invoke(&SHARED_RELEASE, &[lock, &holders], &args)
             .await?;
-        Ok(ownership(code))
+        Ok(match code {
+            2 => ReleaseReply::ReleasedUnannounced,
+            code => ReleaseReply::Found(ownership(code)),
+        })
     }
 
     /// A shared holder's member among the key's holders: `<owner> <label>`.

@@ -151,14 +151,14 @@ impl Engine for RedisEngine {
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let lock = lock_name(&self.prefix, key);
-            if kind.is_shared() {
+            let reply = if kind.is_shared() {
                 let window = self.handoff_window();
-                return self
-                    .node
+                self.node
                     .release_shared(&lock, owner, self.fence_counter_ttl, window)
-                    .await;
-            }
-            let reply = self.releases.submit((lock.clone(), owner.clone())).await?;
+                    .await?
+            } else {
+                self.releases.submit((lock.clone(), owner.clone())).await?
+            };
             Ok(settle_release(
                 reply,
                 &self.publish_refused,

@@ -296,18 +296,12 @@ impl RedlockEngine {
             self.master_timeout,
             |master| -> BoxFuture<'_, EngineResult<ReleaseReply>> {
                 match kind {
-                    LockKind::Read => Box::pin(async move {
-                        master
-                            .node
-                            .release_shared(
-                                &names.lock,
-                                owner,
-                                self.fence_counter_ttl,
-                                HANDOFF_WINDOW,
-                            )
-                            .await
-                            .map(ReleaseReply::Found)
-                    }),
+                    LockKind::Read => Box::pin(master.node.release_shared(
+                        &names.lock,
+                        owner,
+                        self.fence_counter_ttl,
+                        HANDOFF_WINDOW,
+                    )),
                     _ => Box::pin(master.node.release(
                         names,
                         owner,
