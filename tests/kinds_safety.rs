@@ -47,6 +47,17 @@ fn backend(url: &str, watchdog: Duration) -> Backend {
         .unwrap()
 }
 
+/// Connects and loads the scripts, then starts with the other workers (so that every worker
+/// contends from its first section).
+async fn warm_up_then_go(backend: &Backend) {
+    Lock::new(format!("warm-up-{}", std::process::id()))
+        .on(backend)
+        .run(async {})
+        .await
+        .unwrap();
+    worker::ready_then_go().await;
+}
+
 /// Mixed readers and writers on one key. Writers check that nobody else is inside and write
 /// the fenced resource; readers count how many read at once. Reports overlaps, the most
 /// readers seen together, the longest a writer waited, and fenced writes rejected.
@@ -54,12 +65,7 @@ async fn read_write(url: &str) {
     let backend = backend(url, Duration::from_secs(2));
     let client = redis::Client::open(url).unwrap();
     let fenced = std::sync::Arc::new(FencedStore::open(url).unwrap());
-    Lock::new(format!("warm-up-{}", std::process::id()))
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
-    worker::ready_then_go().await;
+    warm_up_then_go(&backend).await;
     let mut tasks = Vec::new();
     for task in 0..RW_TASKS {
         let backend = backend.clone();
@@ -130,12 +136,7 @@ async fn read_write(url: &str) {
 async fn permits(url: &str) {
     let backend = backend(url, Duration::from_secs(2));
     let client = redis::Client::open(url).unwrap();
-    Lock::new(format!("warm-up-{}", std::process::id()))
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
-    worker::ready_then_go().await;
+    warm_up_then_go(&backend).await;
     let mut tasks = Vec::new();
     for _ in 0..SEM_TASKS {
         let backend = backend.clone();

@@ -126,6 +126,21 @@ pub(crate) struct EngineFailure {
 
 pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
 
+impl EngineFailure {
+    /// A key used as a semaphore taken as a lock, or the reverse (`-3` from the scripts).
+    pub(crate) fn kind_mismatch(key: &str, kind: LockKind) -> EngineFailure {
+        EngineFailure {
+            ambiguous: false,
+            source: format!(
+                "the key {key} is used as a lock of another kind than this {} lock (a semaphore \
+                 and a read/write lock cannot share a key); give one of them another key",
+                kind.describe()
+            )
+            .into(),
+        }
+    }
+}
+
 /// One lock engine: where locks live and how they are taken, renewed and released (one Redis,
 /// Redlock over several, the in-process map). Every operation is atomic on each server it
 /// touches (one script call per server).

@@ -6,7 +6,7 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
-use super::in_process_shared::{kind_mismatch, Entered, Shared, SharedLocks};
+use super::in_process_shared::{Entered, Shared, SharedLocks};
 use crate::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
 };
@@ -117,7 +117,7 @@ impl InProcessEngine {
         self.with_state(|state, now| {
             if let Some(entry) = Self::live(state, key, now) {
                 if let LockKind::Permits(_) = kind {
-                    return Err(kind_mismatch(key, kind));
+                    return Err(EngineFailure::kind_mismatch(key, kind));
                 }
                 if kind == LockKind::Exclusive && entry.owner == *owner {
                     entry.expires_at = now + ttl;
@@ -155,7 +155,7 @@ impl InProcessEngine {
             if let Some(shared) = state.shared.get_mut(key) {
                 let live = shared.prune(now);
                 if live && shared.is_semaphore() {
-                    return Err(kind_mismatch(key, kind));
+                    return Err(EngineFailure::kind_mismatch(key, kind));
                 }
                 if live {
                     // A single try is not a waiter: it leaves no intent (acquire.lua alike).

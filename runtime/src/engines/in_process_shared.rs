@@ -77,7 +77,7 @@ impl Shared {
             *self = Shared::new(kind);
         }
         if self.is_semaphore() != matches!(kind, LockKind::Permits(_)) {
-            return Err(kind_mismatch(key, kind));
+            return Err(EngineFailure::kind_mismatch(key, kind));
         }
         self.kind = kind;
         if self.holders.contains_key(owner) {
@@ -144,19 +144,6 @@ impl Shared {
             waiting: Some(u64::from(waited_on)),
             shared: Some(self.holders.len() as u64),
         }
-    }
-}
-
-/// A key used as a semaphore taken as a lock, or the reverse (`-3` from the Redis scripts).
-pub(crate) fn kind_mismatch(key: &str, kind: LockKind) -> EngineFailure {
-    EngineFailure {
-        ambiguous: false,
-        source: format!(
-            "the key {key} is used as a lock of another kind than this {} lock (a semaphore \
-             and a read/write lock cannot share a key); give one of them another key",
-            kind.describe()
-        )
-        .into(),
     }
 }
 

@@ -4,9 +4,9 @@
 //! [`GroupCommit`]: super::group_commit::GroupCommit
 
 use super::group_commit::Batched;
-use super::node::{LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
+use super::node::{handoff_window, LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
 use crate::engine::{Acquired, EngineResult};
-use crate::hooks::{self, SharedHooks};
+use crate::hooks::SharedHooks;
 use crate::owner::Owner;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
@@ -78,10 +78,7 @@ impl Batched for ReleaseBatch {
         &'a self,
         items: &'a [(String, Owner)],
     ) -> BoxFuture<'a, EngineResult<Vec<ReleaseReply>>> {
-        let window = match hooks::read(&self.hooks).handoff_window {
-            Duration::ZERO => HANDOFF_WINDOW,
-            set => set,
-        };
+        let window = handoff_window(&self.hooks);
         Box::pin(
             self.node
                 .release_many(items, self.fence_counter_ttl, window),

@@ -18,14 +18,14 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{settle_release, Node, HANDOFF_WINDOW};
+use super::node::{handoff_window, settle_release, Node};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
 use crate::doctor::Finding;
 use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
 use crate::error::LockError;
-use crate::hooks::{self, SharedHooks};
+use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
 use crate::key_events::KeyEventSender;
 use crate::kind::LockKind;
@@ -120,10 +120,7 @@ impl ClusterEngine {
     }
 
     fn handoff_window(&self) -> Duration {
-        match hooks::read(&self.hooks).handoff_window {
-            Duration::ZERO => HANDOFF_WINDOW,
-            set => set,
-        }
+        handoff_window(&self.hooks)
     }
 
     /// The slot map, read with `CLUSTER SLOTS` if it is not known.

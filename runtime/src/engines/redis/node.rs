@@ -46,6 +46,14 @@ pub(crate) struct LockCall {
 /// notified waiter that vanished leaves the lock idle only briefly.
 pub(crate) const HANDOFF_WINDOW: Duration = Duration::from_millis(10);
 
+/// The handoff window in force: [`HANDOFF_WINDOW`], unless a test hook set another.
+pub(crate) fn handoff_window(hooks: &crate::hooks::SharedHooks) -> Duration {
+    match crate::hooks::read(hooks).handoff_window {
+        Duration::ZERO => HANDOFF_WINDOW,
+        set => set,
+    }
+}
+
 /// Replica acknowledgement: the writes that grant or renew a lock are confirmed by this many
 /// replicas (`WAIT replicas timeout`) before the lock counts as granted or renewed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,7 +552,10 @@ impl Node {
                     ambiguous: false,
                     source: diagnose::foreign_value(&format!("the key {}", item.lock)).into(),
                 }),
-                [-3, _] => Err(kind_mismatch(&item.lock, LockKind::Exclusive)),
+                [-3, _] => Err(EngineFailure::kind_mismatch(
+                    &item.lock,
+                    LockKind::Exclusive,
+                )),
                 _ => Err(unexpected("acquire", answer)),
             })
             .collect();
@@ -733,7 +744,7 @@ impl Node {
                     source: diagnose::foreign_value(&format!("the key {lock}")).into(),
                 })
             }
-            [-3, _] => return Err(kind_mismatch(lock, kind)),
+            [-3, _] => return Err(EngineFailure::kind_mismatch(lock, kind)),
             _ => return Err(unexpected("shared acquire", answer)),
         };
         match (self.replica_ack, acknowledged, acquired) {
@@ -1108,19 +1119,6 @@ impl Node {
             args.push(millis(item.ttl));
         }
         args
-    }
-}
-
-/// A key used as a semaphore taken as a lock, or the reverse.
-fn kind_mismatch(lock: &str, kind: LockKind) -> EngineFailure {
-    EngineFailure {
-        ambiguous: false,
-        source: format!(
-            "the key {lock} is used as a lock of another kind than this {} lock (a semaphore \
-             and a read/write lock cannot share a key); give one of them another key",
-            kind.describe()
-        )
-        .into(),
     }
 }
 

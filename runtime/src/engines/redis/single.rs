@@ -109,10 +109,7 @@ impl RedisEngine {
 
     /// How long the waiters a release notifies have the lock first.
     fn handoff_window(&self) -> Duration {
-        match crate::hooks::read(&self.hooks).handoff_window {
-            Duration::ZERO => super::node::HANDOFF_WINDOW,
-            set => set,
-        }
+        super::node::handoff_window(&self.hooks)
     }
 }
 
