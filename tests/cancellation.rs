@@ -419,3 +419,30 @@ fn an_in_process_lock_dropped_with_no_runtime_is_released_at_once() {
         None
     );
 }
+
+/// `Backend::events`: following stops when the `LockEvents` is dropped — its keyspace
+/// subscription leaves the server (the server announces no unsubscription, so this asks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_lock_events_ends_their_subscription() {
+    let server = distlock_test_support::RedisServer::start();
+    let backend = Backend::builder(server.url()).build().unwrap();
+    let channel = "__keyspace@0__:distlock:{followed}";
+    let subscribers = || {
+        let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
+        reply.as_array().and_then(|pair| pair[1].as_int()).unwrap()
+    };
+    let events = backend
+        .events("followed", distlock::Notifications::Enable)
+        .await
+        .unwrap();
+    assert_eq!(subscribers(), 1, "subscribed once the call resolved");
+    drop(events);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while subscribers() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the subscription outlived its LockEvents"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
