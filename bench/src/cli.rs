@@ -47,6 +47,9 @@ OPTIONS:
     --leases N           leases of the held-leases workload [default: 10000]
     --masters N          Redis masters of the redlock workload [default: 5]
     --lease-ttl-ms N     lease TTL of the held-leases workload [default: 3000]
+    --server KIND        redis (redis-server, or DISTLOCK_REDIS_SERVER) or valkey (valkey-server,
+                         or DISTLOCK_VALKEY_SERVER: Valkey >= 8.1 has SET ... IFEQ, which distlock
+                         releases with instead of a script) [default: redis]
     --json-only          print only the JSON line
     --svg DIR            also draw the run as DIR/throughput.svg and DIR/waits.svg
     --plot FILE          draw nothing new: read a saved JSON line from FILE and write its
@@ -118,6 +121,8 @@ pub(crate) struct Config {
     pub(crate) json_only: bool,
     /// Where to draw the run's pictures, if anywhere.
     pub(crate) svg_dir: Option<PathBuf>,
+    /// Every server of the run is a Valkey (`--server valkey`) instead of a redis-server.
+    pub(crate) valkey: bool,
 }
 
 impl Config {
@@ -140,6 +145,7 @@ impl Config {
             attribute_rounds: (15, 20_000),
             json_only: false,
             svg_dir: None,
+            valkey: false,
         }
     }
 
@@ -293,6 +299,17 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                     ));
                 }
                 config.lease_ttl = Duration::from_millis(ms);
+            }
+            "--server" => {
+                config.valkey = match value()?.as_str() {
+                    "redis" => false,
+                    "valkey" => true,
+                    other => {
+                        return Err(format!(
+                            "`--server` is `{other}`; expected `redis` or `valkey`"
+                        ))
+                    }
+                }
             }
             other => return Err(format!("unknown argument `{other}`; see --help")),
         }

@@ -45,8 +45,16 @@ struct Subject {
     contended: Origins,
 }
 
+/// The settings of every server the run starts: a redis-server, or a Valkey (`--server valkey`).
+fn server_config(config: &Config) -> ServerConfig {
+    match config.valkey {
+        true => ServerConfig::new().valkey(),
+        false => ServerConfig::new(),
+    }
+}
+
 pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Measured, String> {
-    let server = RedisServer::start();
+    let server = RedisServer::start_with(server_config(config));
     let redis_version = crate::server_stats::version(&server);
     progress(format!(
         "redis-server {redis_version} on {} (pid {})",
@@ -130,7 +138,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                 }
                 Workload::Redlock => {
                     if masters.is_empty() {
-                        masters = RedisServer::start_many(config.masters);
+                        masters =
+                            RedisServer::start_many_with(config.masters, &server_config(config));
                     }
                     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
                     redlock::run(
@@ -145,9 +154,10 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                 }
                 Workload::Replicated => {
                     if replicated_pair.is_empty() {
-                        let primary = RedisServer::start();
-                        let replica =
-                            RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
+                        let primary = RedisServer::start_with(server_config(config));
+                        let replica = RedisServer::start_with(
+                            server_config(config).replica_of(primary.port()),
+                        );
                         replica.wait_for_replica_sync();
                         primary.wait_for_replicas(1);
                         replicated_pair = vec![primary, replica];

@@ -200,14 +200,16 @@ fn parse_cpu(text: &str) -> Duration {
 
 /// The server's version, for the report.
 pub(crate) fn version(server: &RedisServer) -> String {
-    info(server, "server")
-        .lines()
-        .find_map(|line| {
-            line.trim()
-                .strip_prefix("redis_version:")
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| "unknown".into())
+    let info = info(server, "server");
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix(name).map(str::to_owned))
+    };
+    // A Valkey also reports the Redis version it is compatible with: its own is the one to show.
+    match field("valkey_version:") {
+        Some(valkey) => format!("valkey {valkey}"),
+        None => field("redis_version:").unwrap_or_else(|| "unknown".into()),
+    }
 }
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ impl Request<'_> {
             match outcome {
                 Ok(Acquired::Yes { fence }) => {
                     Stats::bump(&inner.stats.acquired);
-                    return Ok(attempt.claim(self, fence, sent_at));
+                    return Ok(attempt.claim(self, fence, sent_at, attempts == 1));
                 }
                 Ok(Acquired::Unreplicated {
                     acknowledged,
@@ -286,8 +286,14 @@ impl<'a> Attempt<'a> {
 
     /// The lock is ours: hands the owner token and the turn to a lease, which releases them
     /// from now on.
-    fn claim(mut self, request: &Request<'_>, fence: u64, sent_at: Instant) -> Arc<HeldLease> {
-        let lease = HeldLease::new(
+    fn claim(
+        mut self,
+        request: &Request<'_>,
+        fence: u64,
+        sent_at: Instant,
+        first_try: bool,
+    ) -> Arc<HeldLease> {
+        let mut lease = HeldLease::new(
             self.backend.inner.stats.clone(),
             self.labels.clone(),
             std::mem::take(&mut self.key),
@@ -296,6 +302,7 @@ impl<'a> Attempt<'a> {
             &request.terms,
             sent_at,
         );
+        lease.first_try = first_try;
         if let Some(turn) = self.turn.take() {
             lease.keep_turn(turn);
         }

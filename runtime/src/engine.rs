@@ -50,6 +50,19 @@ pub(crate) enum Asker {
     Waiting,
 }
 
+/// What a release knows of the value its lock was granted as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrantedAs {
+    /// An exclusive lock granted with `fence` on its caller's first try, when nobody was told it
+    /// is busy: unless someone waited since, the key still holds exactly what the grant wrote,
+    /// and an engine may release it with one conditional write (`SET … IFEQ`) instead of a
+    /// script.
+    Quietly { fence: u64 },
+    /// Anything else (a waiter's grant, a lost acquire reply, a reader or a permit): the engine
+    /// releases it the general way.
+    Unknown,
+}
+
 /// What a release or a renewal found on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ownership {
@@ -166,12 +179,14 @@ pub(crate) trait Engine: Send + Sync + 'static {
         kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>>;
 
-    /// Delete `key` if `owner` holds it (as `kind`), and notify waiters.
+    /// Delete `key` if `owner` holds it (as `kind`), and notify waiters. `granted` says what
+    /// the caller knows of the value it was granted; engines that cannot use it ignore it.
     fn release<'a>(
         &'a self,
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
+        granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>>;
 
     /// Renew many leases in one call; one answer per lease, in order: `None` when the engine

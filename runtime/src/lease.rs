@@ -1,5 +1,6 @@
 //! A held lock: owner token, fencing token, local validity and the lost flag.
 
+use crate::engine::GrantedAs;
 use crate::error::{LockError, LostReason};
 use crate::kind::LockKind;
 use crate::metrics::{self, Labels};
@@ -61,6 +62,9 @@ pub(crate) struct HeldLease {
     pub(crate) renewing: bool,
     /// `max_hold`: the watchdog renews only until this instant.
     pub(crate) renew_until: Option<Instant>,
+    /// Granted on the caller's first try: nobody had been told the lock is busy then
+    /// ([`GrantedAs::Quietly`]).
+    pub(crate) first_try: bool,
     valid_until: AtomicU64,
     lost: watch::Sender<Option<LostReason>>,
     /// The process-local turn for the key: other local waiters stay queued while we hold it.
@@ -91,6 +95,7 @@ impl HeldLease {
             valid_for,
             renewing: terms.renewing,
             renew_until: terms.max_hold.map(|hold| requested_at + hold),
+            first_try: false,
             valid_until: AtomicU64::new(to_nanos(requested_at + valid_for)),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
@@ -117,6 +122,14 @@ impl HeldLease {
         let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, Instant::now());
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
         lease
+    }
+
+    /// What the release can know of the value the lock was granted as.
+    pub(crate) fn granted_as(&self) -> GrantedAs {
+        match self.first_try && self.kind == LockKind::Exclusive && !self.is_unconfirmed() {
+            true => GrantedAs::Quietly { fence: self.fence },
+            false => GrantedAs::Unknown,
+        }
     }
 
     /// `true` for a lease made by [`unconfirmed`](Self::unconfirmed): no token was ever issued.

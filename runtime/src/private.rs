@@ -112,7 +112,12 @@ pub mod raw {
         backend
             .inner
             .engine
-            .release(key, &owner(token), LockKind::Exclusive)
+            .release(
+                key,
+                &owner(token),
+                LockKind::Exclusive,
+                crate::engine::GrantedAs::Unknown,
+            )
             .await
             .map(code)
             .map_err(|failure| backend.backend_error("release", failure))

@@ -270,7 +270,7 @@ async fn release_one(
             let outcome = backend
                 .inner
                 .engine
-                .release(&lease.key, &lease.owner, lease.kind)
+                .release(&lease.key, &lease.owner, lease.kind, lease.granted_as())
                 .await;
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,

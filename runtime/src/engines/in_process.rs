@@ -8,7 +8,7 @@
 
 use super::in_process_shared::{Entered, Shared, SharedLocks};
 use crate::engine::{
-    Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
+    Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
 use crate::glob::glob_match;
 use crate::key_events::KeyEventSender;
@@ -243,6 +243,7 @@ impl Engine for InProcessEngine {
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
+        _granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         let outcome = self.with_state(|state, now| {
             if kind.is_shared() {

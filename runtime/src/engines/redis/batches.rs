@@ -4,10 +4,9 @@
 //! [`GroupCommit`]: super::group_commit::GroupCommit
 
 use super::group_commit::Batched;
-use super::node::{handoff_window, LockCall, Node, ReleaseReply, HANDOFF_WINDOW};
+use super::node::{handoff_window, LockCall, Node, ReleaseCall, ReleaseReply, HANDOFF_WINDOW};
 use crate::engine::{Acquired, EngineResult};
 use crate::hooks::SharedHooks;
-use crate::owner::Owner;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +62,8 @@ impl AcquireBatch {
     }
 }
 
-/// `release.lua` over a batch of locks.
+/// A batch of releases: conditional writes for first-try grants where the server has them,
+/// `release.lua` for the rest ([`Node::release_calls`]).
 pub(crate) struct ReleaseBatch {
     pub(crate) node: Arc<Node>,
     pub(crate) fence_counter_ttl: Duration,
@@ -71,24 +71,24 @@ pub(crate) struct ReleaseBatch {
 }
 
 impl Batched for ReleaseBatch {
-    type Item = (String, Owner);
+    type Item = ReleaseCall;
     type Answer = ReleaseReply;
 
     fn run<'a>(
         &'a self,
-        items: &'a [(String, Owner)],
+        items: &'a [ReleaseCall],
     ) -> BoxFuture<'a, EngineResult<Vec<ReleaseReply>>> {
         let window = handoff_window(&self.hooks);
         Box::pin(
             self.node
-                .release_many(items, self.fence_counter_ttl, window),
+                .release_calls(items, self.fence_counter_ttl, window),
         )
     }
 
     /// A release is done whether or not its caller is still there.
-    fn abandoned(self: &Arc<Self>, _item: (String, Owner), _answer: ReleaseReply) {}
+    fn abandoned(self: &Arc<Self>, _item: ReleaseCall, _answer: ReleaseReply) {}
 
     /// The caller that left hands its unconfirmed release to a background task of its own
     /// (`release.rs`), which sends it again.
-    fn abandoned_unanswered(self: &Arc<Self>, _item: (String, Owner)) {}
+    fn abandoned_unanswered(self: &Arc<Self>, _item: ReleaseCall) {}
 }

@@ -23,7 +23,7 @@ use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
@@ -300,6 +300,7 @@ impl Engine for ClusterEngine {
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
+        granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
@@ -310,7 +311,7 @@ impl Engine for ClusterEngine {
                     .await?
             } else {
                 self.node
-                    .release(&names, owner, self.fence_counter_ttl, window)
+                    .release(&names, owner, granted, self.fence_counter_ttl, window)
                     .await?
             };
             Ok(settle_release(

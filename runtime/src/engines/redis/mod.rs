@@ -7,6 +7,7 @@ pub(crate) mod batches;
 pub(crate) mod cluster;
 pub(crate) mod cluster_operator;
 pub(crate) mod cluster_spec;
+pub(crate) mod conditional;
 pub(crate) mod diagnose;
 pub(crate) mod group_commit;
 pub(crate) mod hosts;

@@ -11,11 +11,14 @@
 //! `MOVED`/`ASK`).
 
 use super::alive::AliveFlag;
+use super::conditional::{self, ConditionalSet, ContendedKeys};
 use super::diagnose;
 use super::sentinel::SentinelTarget;
 pub(crate) use super::timeouts::Timeouts;
 use super::tls::{self, TlsFiles};
-use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{
+    Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
+};
 use crate::error::LockError;
 use crate::key::KeyNames;
 use crate::kind::LockKind;
@@ -39,6 +42,15 @@ pub(crate) struct LockCall {
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
     pub(crate) asker: Asker,
+}
+
+/// One lock of a batched release: its key (already prefixed), its owner, and how it was granted
+/// (a first-try grant can be released by a conditional `SET` where the server has one).
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseCall {
+    pub(crate) lock: String,
+    pub(crate) owner: Owner,
+    pub(crate) granted: GrantedAs,
 }
 
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
@@ -82,6 +94,8 @@ pub(crate) struct Node {
     publish: &'static str,
     /// The holder label written with every lock (empty: none).
     label: Vec<u8>,
+    /// Keys whose conditional release found them waited on lately: released by script.
+    contended: ContendedKeys,
     connection: Mutex<Option<Bound>>,
     /// One connection attempt at a time.
     opening: tokio::sync::Mutex<()>,
@@ -154,6 +168,8 @@ struct Bound {
     alive: Arc<AtomicBool>,
     /// The Sentinel generation the server was named in (0 for a fixed server).
     generation: u64,
+    /// Whether this connection's server has `SET … IFEQ` (learned by using it).
+    conditional_set: Arc<ConditionalSet>,
 }
 
 impl Node {
@@ -192,6 +208,7 @@ impl Node {
             replica_ack: None,
             publish,
             label: Vec::new(),
+            contended: ContendedKeys::default(),
             connection: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             slow_failures: std::sync::atomic::AtomicU64::new(0),
@@ -396,6 +413,7 @@ impl Node {
             client,
             alive: self.runtime_flag(),
             generation,
+            conditional_set: Arc::default(),
         };
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(bound.clone());
@@ -642,18 +660,23 @@ impl Node {
         Ok(done == 1)
     }
 
-    /// `release.lua` for one lock: free it if `owner` holds it, leaving its token as a marker for
-    /// `fence_counter_ttl`, and announce it if anyone waits.
+    /// Releases one lock: free it if `owner` holds it, leaving its token as a marker for
+    /// `fence_counter_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
     pub(crate) async fn release(
         &self,
         names: &KeyNames,
         owner: &Owner,
+        granted: GrantedAs,
         fence_counter_ttl: Duration,
         handoff_window: Duration,
     ) -> EngineResult<ReleaseReply> {
-        let item = (names.lock.clone(), owner.clone());
+        let item = ReleaseCall {
+            lock: names.lock.clone(),
+            owner: owner.clone(),
+            granted,
+        };
         let mut answers = self
-            .release_many(
+            .release_calls(
                 std::slice::from_ref(&item),
                 fence_counter_ttl,
                 handoff_window,
@@ -662,6 +685,90 @@ impl Node {
         answers
             .pop()
             .ok_or_else(|| unexpected("release", "no answer"))
+    }
+
+    /// Releases a batch of exclusive locks (already prefixed), one answer each: those granted
+    /// quietly with one conditional `SET … IFEQ` each where the server has it
+    /// ([`conditional`]), in one round trip; the others, and those the conditional write did not
+    /// find as granted (waited on, expired, taken over), by `release.lua`, which notifies the
+    /// waiters and tells which.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, some locks may be released; the
+    /// caller finishes the release in the background (`release.rs`), where a lock already
+    /// released reads as gone.
+    pub(crate) async fn release_calls(
+        &self,
+        items: &[ReleaseCall],
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
+        let quiet: Vec<(usize, u64)> = items
+            .iter()
+            .enumerate()
+            .filter_map(|(index, item)| match item.granted {
+                GrantedAs::Quietly { fence } if !self.contended.contains(&item.lock) => {
+                    Some((index, fence))
+                }
+                _ => None,
+            })
+            .collect();
+        if !quiet.is_empty() {
+            let bound = self.connection().await?;
+            if bound.conditional_set.usable() {
+                let mut pipe = redis::pipe();
+                for (index, fence) in &quiet {
+                    let item = &items[*index];
+                    pipe.add_command(conditional::release_command(
+                        &item.lock,
+                        *fence,
+                        &item.owner,
+                        &self.label,
+                        fence_counter_ttl,
+                    ));
+                }
+                let mut conn = bound.conn.clone();
+                let replies: Vec<Value> = pipe
+                    .ignore_errors()
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|err| {
+                        self.after_failure(&bound, &err);
+                        self.failure(err)
+                    })?;
+                for ((index, _), reply) in quiet.iter().zip(&replies) {
+                    match conditional::outcome(reply, &bound.conditional_set) {
+                        conditional::Outcome::Released => {
+                            answers[*index] = Some(ReleaseReply::Found(Ownership::Ours));
+                        }
+                        conditional::Outcome::NotAsGranted => {
+                            self.contended.note(&items[*index].lock);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let rest: Vec<(String, Owner)> = items
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| answer.is_none())
+            .map(|(item, _)| (item.lock.clone(), item.owner.clone()))
+            .collect();
+        if !rest.is_empty() {
+            let mut scripted = self
+                .release_many(&rest, fence_counter_ttl, handoff_window)
+                .await?
+                .into_iter();
+            for answer in answers.iter_mut().filter(|answer| answer.is_none()) {
+                *answer = scripted.next();
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.ok_or_else(|| unexpected("release", "no answer")))
+            .collect()
     }
 
     /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.

@@ -9,12 +9,12 @@
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
 use super::keyspace;
-use super::node::{settle_release, LockCall, Node, ReplicaAck, Timeouts};
+use super::node::{settle_release, LockCall, Node, ReleaseCall, ReplicaAck, Timeouts};
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Asker, Engine, EngineResult, Holder, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
@@ -145,6 +145,7 @@ impl Engine for RedisEngine {
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
+        granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let lock = lock_name(&self.prefix, key);
@@ -154,7 +155,12 @@ impl Engine for RedisEngine {
                     .release_shared(&lock, owner, self.fence_counter_ttl, window)
                     .await?
             } else {
-                self.releases.submit((lock.clone(), owner.clone())).await?
+                let call = ReleaseCall {
+                    lock: lock.clone(),
+                    owner: owner.clone(),
+                    granted,
+                };
+                self.releases.submit(call).await?
             };
             Ok(settle_release(
                 reply,

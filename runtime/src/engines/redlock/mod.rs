@@ -47,7 +47,7 @@ use super::redis::pubsub::Subscriber;
 use super::redis::tls::TlsFiles;
 use crate::doctor::Finding;
 use crate::engine::{
-    Acquired, Asker, Engine, EngineFailure, EngineResult, Holder, Ownership, Renewal,
+    Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
@@ -302,9 +302,12 @@ impl RedlockEngine {
                         self.fence_counter_ttl,
                         HANDOFF_WINDOW,
                     )),
+                    // Each master holds its own vote's token (the write-back may have changed
+                    // some): the script releases without knowing it.
                     _ => Box::pin(master.node.release(
                         names,
                         owner,
+                        GrantedAs::Unknown,
                         self.fence_counter_ttl,
                         HANDOFF_WINDOW,
                     )),
@@ -520,6 +523,7 @@ impl Engine for RedlockEngine {
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
+        _granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             if let LockKind::Permits(permits) = kind {

@@ -1,0 +1,170 @@
+//! Releasing with `SET … IFEQ` where the server has it (Valkey ≥ 8.1, Redis ≥ 8.4), the script
+//! everywhere else: a lock granted on the first try is released by one conditional write; one
+//! that was waited on goes through `release.lua`, which wakes its waiters; a server without
+//! `IFEQ` is asked once per connection and then never again; a key whose conditional write found
+//! it waited on is released by script for a while.
+//!
+//! The server's own command counters (`INFO commandstats`) tell which path ran: `acquire.lua`
+//! and `release.lua` each read the key once (`GET`), the conditional write does not.
+
+mod common;
+
+use common::{command_calls, Fixture, SingleRedis, Valkey};
+use distlock::{Backend, Lock, Released};
+use distlock_test_support::RedisServer;
+use std::time::{Duration, Instant};
+
+/// `(calls, rejected + failed calls)` of `command` on `server`.
+fn calls_and_errors(server: &RedisServer, command: &str) -> (u64, u64) {
+    let info = server.command(&["INFO", "commandstats"]).as_str().unwrap();
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
+        return (0, 0);
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |value| value.parse().unwrap())
+    };
+    (
+        field("calls"),
+        field("rejected_calls") + field("failed_calls"),
+    )
+}
+
+/// `cycles` acquire-and-release cycles of distinct keys, one after another; every release must
+/// report the lock released.
+async fn cycles(backend: &Backend, test: &str, cycles: usize) {
+    for i in 0..cycles {
+        let guard = Lock::new(format!("{test}:{i}"))
+            .on(backend)
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+    }
+}
+
+/// Waits until `key` is marked as waited on: inspect is the only window into the server's state.
+async fn until_waited_on(backend: &Backend, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let holder = backend.inspect(key).await.unwrap();
+        if holder.as_ref().is_some_and(|holder| holder.waited_on) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} never waited on: {holder:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn valkey_releases_a_first_try_grant_with_one_conditional_write() {
+    let fx = Valkey::start(|b| b);
+    cycles(fx.backend(), "warm", 1).await;
+    let gets = command_calls(&fx.server, "get");
+    let evals = command_calls(&fx.server, "evalsha");
+    cycles(fx.backend(), "quiet", 20).await;
+    assert_eq!(
+        command_calls(&fx.server, "get") - gets,
+        20,
+        "only the acquires read the key: no release ran the script"
+    );
+    assert_eq!(command_calls(&fx.server, "evalsha") - evals, 20);
+
+    // What the conditional write leaves is the script's token marker: the next token is larger.
+    let guard = Lock::new("marker")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let value = fx
+        .server
+        .command(&["GET", &SingleRedis::lock_key("marker")]);
+    assert_eq!(value.as_str().unwrap(), format!("F{token}"));
+    let next = Lock::new("marker")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    assert!(next.fencing_token() > token);
+    next.release().await.unwrap();
+
+    // Concurrent releases go out as one batch of conditional writes.
+    let gets = command_calls(&fx.server, "get");
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let backend = fx.backend().clone();
+            tokio::spawn(async move {
+                let guard = Lock::new(format!("many:{i}"))
+                    .on(&backend)
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap()
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Released::Released);
+    }
+    assert_eq!(command_calls(&fx.server, "get") - gets, 50);
+}
+
+#[tokio::test]
+async fn a_lock_waited_on_is_released_by_the_script_which_wakes_the_waiter() {
+    let fx = Valkey::start(|b| b);
+    let other = fx.contender();
+    let guard = Lock::new("waited")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = common::spawn_waiter(&other, "waited", Duration::from_secs(10));
+    until_waited_on(fx.backend(), "waited").await;
+    let published = command_calls(&fx.server, "publish");
+    let (_, set_errors) = calls_and_errors(&fx.server, "set");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(
+        command_calls(&fx.server, "publish") - published,
+        1,
+        "the conditional write found the lock waited on, and the script announced the release"
+    );
+    waiter.await.unwrap().unwrap();
+    assert_eq!(calls_and_errors(&fx.server, "set").1, set_errors);
+
+    // The key is remembered as contended for a moment: its next release goes to the script at
+    // once (which reads the key), instead of a conditional write likely to miss again.
+    let gets = command_calls(&fx.server, "get");
+    let again = Lock::new("waited")
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(again.release().await.unwrap(), Released::Released);
+    assert_eq!(command_calls(&fx.server, "get") - gets, 2);
+}
+
+#[tokio::test]
+async fn a_server_without_ifeq_is_asked_once_and_then_released_by_script() {
+    let fx = SingleRedis::start(|b| b);
+    let (_, errors_before) = calls_and_errors(&fx.server, "set");
+    let gets = command_calls(&fx.server, "get");
+    cycles(fx.backend(), "old", 10).await;
+    let (_, errors) = calls_and_errors(&fx.server, "set");
+    assert_eq!(
+        errors - errors_before,
+        1,
+        "one refused SET … IFEQ on the connection, then scripts only"
+    );
+    assert_eq!(
+        command_calls(&fx.server, "get") - gets,
+        20,
+        "every acquire and every release ran its script"
+    );
+}
