@@ -520,6 +520,10 @@ impl Report {
             ("p50 us", "p50_us"),
             ("p99 us", "p99_us"),
             ("x rslock", "ratio_to_rslock"),
+            ("server cmds/cycle", "server_cmds_per_cycle"),
+            ("script exec us/cycle", "script_exec_us_per_cycle"),
+            ("Redis CPU us/cycle", "redis_cpu_us_per_cycle"),
+            ("client CPU us/cycle", "client_cpu_us_per_cycle"),
         ];
         self.section(
             &mut out,

@@ -141,10 +141,9 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                         masters =
                             RedisServer::start_many_with(config.masters, &server_config(config));
                     }
-                    let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
                     redlock::run(
                         &config.libs,
-                        &urls,
+                        &masters,
                         config.duration,
                         config.contenders,
                         config.critical_section,

@@ -1,12 +1,18 @@
 //! Workload 6: Redlock over several masters — distlock's Redlock engine beside rslock's and
 //! redlock's multi-server modes, on the same masters, in one run: a sequential cycle and one key
 //! contended by several tasks. Ratios are to rslock in the same repetition; there is no floor
-//! (a quorum round trip is the slowest of several servers').
+//! (a quorum round trip is the slowest of several servers'). The sequential phase also records
+//! what a cycle costs on all masters together (commands, script execution, CPU) and in the
+//! client: with the masters and the client sharing the machine's cores, CPU per cycle is what
+//! bounds the rate.
 
 use crate::clients::{Client, LibId};
+use crate::measure::process_cpu;
 use crate::measure::{quantile, us};
 use crate::run::Outcome;
+use crate::server_stats::{is_script_call, Delta, Window};
 use crate::workloads::contended::{analyze, contend};
+use distlock_test_support::RedisServer;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,12 +20,13 @@ use std::time::{Duration, Instant};
 /// One repetition: every library, sequential then contended, in the same order.
 pub(crate) async fn run(
     libs: &[LibId],
-    urls: &[String],
+    servers: &[RedisServer],
     duration: Duration,
     contenders: usize,
     critical_section: Duration,
     rep: usize,
 ) -> Vec<(&'static str, Vec<(LibId, Outcome)>)> {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     let masters = urls.join(",");
     let mut sequential = Vec::new();
     let mut contended = Vec::new();
@@ -33,7 +40,19 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        sequential.push((lib, cycles(&client, duration, &tag).await));
+        let windows: Vec<Window> = servers.iter().map(Window::open).collect();
+        let cpu_before = process_cpu();
+        let mut outcome = cycles(&client, duration, &tag).await;
+        let client_cpu = process_cpu().saturating_sub(cpu_before);
+        let deltas: Vec<Delta> = windows
+            .into_iter()
+            .zip(servers)
+            .map(|(window, server)| window.close(server))
+            .collect();
+        if let Ok(result) = &mut outcome {
+            record_costs(result, &deltas, client_cpu);
+        }
+        sequential.push((lib, outcome));
         let outcome = contend(
             &client,
             &format!("busy:{tag}"),
@@ -57,6 +76,31 @@ pub(crate) async fn run(
         ("redlock_sequential", sequential),
         ("redlock_contended", contended),
     ]
+}
+
+/// What the cycles of `result` cost, per cycle: commands on all masters (script-internal ones
+/// included), script execution time, the masters' CPU, and the client process's CPU.
+fn record_costs(result: &mut Map<String, Value>, deltas: &[Delta], client_cpu: Duration) {
+    let cycles = result
+        .get("cycles")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .max(1) as f64;
+    let commands: u64 = deltas.iter().map(Delta::total).sum();
+    let script_us: u64 = deltas
+        .iter()
+        .flat_map(|delta| &delta.usec)
+        .filter(|(name, _)| is_script_call(name))
+        .map(|(_, us)| us)
+        .sum();
+    let cpu: Duration = deltas.iter().map(|delta| delta.cpu).sum();
+    let mut put = |name: &str, value: f64| {
+        result.insert(name.into(), (value / cycles).into());
+    };
+    put("server_cmds_per_cycle", commands as f64);
+    put("script_exec_us_per_cycle", script_us as f64);
+    put("redis_cpu_us_per_cycle", cpu.as_secs_f64() * 1e6);
+    put("client_cpu_us_per_cycle", client_cpu.as_secs_f64() * 1e6);
 }
 
 /// A client of `lib` on the masters, its connections opened and scripts loaded.

@@ -285,11 +285,16 @@ impl RedlockEngine {
     /// Releases `owner`'s lock (or votes) on every master, and waits for every answer (within
     /// the per-master timeout): a release not yet sent when its future is dropped — one still
     /// loading its script after NOSCRIPT, say — would leave a copy until its TTL.
+    ///
+    /// A lock granted quietly is released with a conditional write on each master where the
+    /// server has one: the masters whose vote was the token (or that recorded it by write-back)
+    /// hold exactly the granted value; on the others the write misses and the script runs.
     async fn release_everywhere(
         &self,
         names: &KeyNames,
         owner: &Owner,
         kind: LockKind,
+        granted: GrantedAs,
     ) -> Answers<ReleaseReply> {
         fan_out(
             &self.masters,
@@ -302,12 +307,10 @@ impl RedlockEngine {
                         self.fence_counter_ttl,
                         HANDOFF_WINDOW,
                     )),
-                    // Each master holds its own vote's token (the write-back may have changed
-                    // some): the script releases without knowing it.
                     _ => Box::pin(master.node.release(
                         names,
                         owner,
-                        GrantedAs::Unknown,
+                        granted,
                         self.fence_counter_ttl,
                         HANDOFF_WINDOW,
                     )),
@@ -393,7 +396,8 @@ impl RedlockEngine {
             failed => {
                 // Give every vote back at once (masters that did not answer included), so a
                 // split vote costs the contenders one round trip, not a TTL.
-                self.release_everywhere(names, owner, kind).await;
+                self.release_everywhere(names, owner, kind, GrantedAs::Unknown)
+                    .await;
                 match failed {
                     Attempt::Busy(ttl) => Ok(Acquired::Busy {
                         ttl,
@@ -412,8 +416,9 @@ impl RedlockEngine {
         names: &KeyNames,
         owner: &Owner,
         kind: LockKind,
+        granted: GrantedAs,
     ) -> EngineResult<Ownership> {
-        let answers = self.release_everywhere(names, owner, kind).await;
+        let answers = self.release_everywhere(names, owner, kind, granted).await;
         let (mut ours, mut gone, mut foreign) = (0, 0, 0);
         let mut failures = Vec::new();
         for (index, answer) in answers.into_iter().enumerate() {
@@ -523,13 +528,14 @@ impl Engine for RedlockEngine {
         key: &'a str,
         owner: &'a Owner,
         kind: LockKind,
-        _granted: GrantedAs,
+        granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             if let LockKind::Permits(permits) = kind {
                 return self.release_permit(key, owner, permits).await;
             }
-            self.release_names(&self.names(key), owner, kind).await
+            self.release_names(&self.names(key), owner, kind, granted)
+                .await
         })
     }
 

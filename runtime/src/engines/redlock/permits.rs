@@ -11,7 +11,7 @@
 //! reply was lost) gives back every slot the owner may hold.
 
 use super::RedlockEngine;
-use crate::engine::{Acquired, Asker, EngineResult, Ownership, Renewal};
+use crate::engine::{Acquired, Asker, EngineResult, GrantedAs, Ownership, Renewal};
 use crate::kind::LockKind;
 use crate::owner::Owner;
 use futures_util::future::join_all;
@@ -82,11 +82,14 @@ impl RedlockEngine {
             .remove(owner.as_str());
         if let Some(slot) = slot {
             let names = self.names(&slot_key(key, slot));
-            return self.release_names(&names, owner, LockKind::Exclusive).await;
+            return self
+                .release_names(&names, owner, LockKind::Exclusive, GrantedAs::Unknown)
+                .await;
         }
         let releases = (0..permits).map(|slot| async move {
             let names = self.names(&slot_key(key, slot));
-            self.release_names(&names, owner, LockKind::Exclusive).await
+            self.release_names(&names, owner, LockKind::Exclusive, GrantedAs::Unknown)
+                .await
         });
         let mut outcome = Ownership::Gone;
         for released in join_all(releases).await {
