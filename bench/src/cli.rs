@@ -412,6 +412,18 @@ mod tests {
     }
 
     #[test]
+    fn the_server_is_redis_unless_valkey_is_asked_for() {
+        assert!(!run(&[]).unwrap().valkey);
+        assert!(run(&["--server", "valkey"]).unwrap().valkey);
+        assert!(!run(&["--server", "redis"]).unwrap().valkey);
+        let err = run(&["--server", "memcached"]).unwrap_err();
+        assert!(
+            err.contains("`--server`") && err.contains("`memcached`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn worker_arguments_round_trip() {
         let worker = WorkerArgs {
             lib: LibId::Rslock,

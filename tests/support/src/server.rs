@@ -442,7 +442,8 @@ impl RedisServer {
     /// Waits until this replica has completed its initial sync with the
     /// master, so that data written to the master before now is readable here.
     pub fn wait_for_replica_sync(&self) {
-        self.wait_for_log("MASTER <-> REPLICA sync: Finished with success");
+        // Redis logs "MASTER <-> REPLICA sync: …", Valkey "PRIMARY <-> REPLICA sync: …".
+        self.wait_for_log("<-> REPLICA sync: Finished with success");
     }
 
     /// How much the current process has logged so far: a mark for
