@@ -1,7 +1,7 @@
 //! Cancellation at random points: locked calls dropped before their acquire is sent, with it in
 //! flight, while waiting, in the body and with the release in flight must leave no lock held
-//! 200 ms after the last cancellation, on the in-process backend, a real Redis and Redlock over
-//! three real masters.
+//! 200 ms after the last cancellation, on the in-process backend, a real Redis, a real Valkey
+//! (whose releases are conditional writes) and Redlock over three real masters.
 //!
 //! tokio's timer only resolves milliseconds, so the cancellations are fired from a thread of
 //! their own, which sleeps and then spins to its target instant: microsecond resolution. Each call
@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Fixture, InProcess, Redlock, SingleRedis};
+use common::{Fixture, InProcess, Redlock, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lock, LockError, Registry};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -77,6 +77,7 @@ macro_rules! annotated {
 }
 annotated!(annotated_in_process, "cancel-in-process");
 annotated!(annotated_redis, "cancel-redis");
+annotated!(annotated_valkey, "cancel-valkey");
 annotated!(annotated_redlock, "cancel-redlock");
 
 type BoxedCall<'a> =
@@ -326,6 +327,10 @@ fn attr_redis<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_redis(key, probe))
 }
 
+fn attr_valkey<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_valkey(key, probe))
+}
+
 fn attr_redlock<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_redlock(key, probe))
 }
@@ -338,6 +343,13 @@ async fn cancelled_calls_leave_no_lock_held_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_redis() {
     cancelled_calls_leave_nothing_held::<SingleRedis>("cancel-redis", attr_redis).await;
+}
+
+/// Valkey releases uncontended locks with a conditional `SET … IFEQ`, not a script: cancelled
+/// there too, it must leave nothing held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_valkey() {
+    cancelled_calls_leave_nothing_held::<Valkey>("cancel-valkey", attr_valkey).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
