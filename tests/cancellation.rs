@@ -153,10 +153,15 @@ async fn calibrate(backend: &Backend, attr: Annotated) -> Duration {
     took[took.len() / 2]
 }
 
+/// The backends' runs take turns: each aims its cancellations at phases timed on an idle machine
+/// (`calibrate`), which another run beside it would shift.
+static ONE_BACKEND_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     registry_name: &'static str,
     attr: Annotated,
 ) {
+    let _turn = ONE_BACKEND_AT_A_TIME.lock().await;
     let fx = F::start(|b| b);
     let backend = fx.backend().clone();
     Registry::global()

@@ -14,7 +14,7 @@
 //! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;
-use crate::engine::Ownership;
+use crate::engine::{GrantedAs, Ownership};
 use crate::error::LockError;
 use crate::lease::HeldLease;
 use crate::metrics;
@@ -267,10 +267,16 @@ async fn release_one(
         let mut attempt = 0;
         loop {
             attempt += 1;
+            // After a lost reply the key may hold the marker of our own release already: a
+            // conditional write would miss, so the script decides at once.
+            let granted = match reply_lost {
+                true => GrantedAs::Unknown,
+                false => lease.granted_as(),
+            };
             let outcome = backend
                 .inner
                 .engine
-                .release(&lease.key, &lease.owner, lease.kind, lease.granted_as())
+                .release(&lease.key, &lease.owner, lease.kind, granted)
                 .await;
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,

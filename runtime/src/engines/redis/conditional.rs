@@ -12,18 +12,21 @@
 //!
 //! `OK` means released. A nil reply means the key no longer holds the granted value — waited on,
 //! expired, taken over — and the caller runs `release.lua`, which tells which (and notifies the
-//! waiters). A server without `IFEQ` answers a syntax error: the connection is marked, and every
-//! later release on it goes to the script directly. The capability is learned per connection,
-//! so a failover to a server of another version learns it again.
+//! waiters). A server without `IFEQ` answers an error (`ERR syntax error`): the connection is
+//! marked, and its releases go to the script directly for [`RETRY_AFTER`], after which one
+//! conditional write asks again — a server upgraded behind the same address, or a cluster whose
+//! rolling upgrade finished, is found out within that time. The capability is kept per
+//! connection, so a Sentinel failover (a new connection) learns it again at once.
 //!
 //! A conditional write that finds the lock waited on costs a second round trip (the script) on
 //! that release, and delays the waiter's wake-up by as much. A key where that happened is
 //! [contended](ContendedKeys): its releases go to the script directly for a while.
 
+use crate::lease::{from_nanos, to_nanos};
 use crate::owner::Owner;
 use redis::Value;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,32 +63,35 @@ impl ContendedKeys {
     }
 }
 
-/// Whether a connection's server has `SET … IFEQ`, as learned by using it.
-#[derive(Debug, Default)]
-pub(crate) struct ConditionalSet(AtomicU8);
+/// How long a connection whose server refused `SET … IFEQ` releases by script only before
+/// asking again.
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(60);
 
-const UNKNOWN: u8 = 0;
-const SUPPORTED: u8 = 1;
-const UNSUPPORTED: u8 = 2;
+/// Whether a connection's server has `SET … IFEQ`, as learned by using it: usable until a server
+/// refuses it, then not for [`RETRY_AFTER`].
+#[derive(Debug, Default)]
+pub(crate) struct ConditionalSet {
+    /// When the conditional write may be tried again ([`to_nanos`]); 0 while it is usable.
+    refused_until: AtomicU64,
+}
 
 impl ConditionalSet {
-    /// `true` until the server answered that it has no `IFEQ`.
+    /// `true` unless the server refused the conditional write less than [`RETRY_AFTER`] ago.
     pub(crate) fn usable(&self) -> bool {
-        self.0.load(Ordering::Relaxed) != UNSUPPORTED
+        match self.refused_until.load(Ordering::Relaxed) {
+            0 => true,
+            until => Instant::now() >= from_nanos(until),
+        }
     }
 
     /// Records what a reply said about the server.
     fn learn(&self, outcome: Outcome) {
-        match outcome {
-            Outcome::Unsupported => self.0.store(UNSUPPORTED, Ordering::Relaxed),
-            Outcome::Released | Outcome::NotAsGranted => {
-                // Only the first answer changes anything; later ones need no write.
-                if self.0.load(Ordering::Relaxed) == UNKNOWN {
-                    self.0.store(SUPPORTED, Ordering::Relaxed);
-                }
-            }
-            Outcome::Refused => {}
-        }
+        let until = match outcome {
+            Outcome::Unsupported => to_nanos(Instant::now() + RETRY_AFTER).max(1),
+            Outcome::Released | Outcome::NotAsGranted => 0,
+            Outcome::Refused => return,
+        };
+        self.refused_until.store(until, Ordering::Relaxed);
     }
 }
 
@@ -96,10 +102,11 @@ pub(crate) enum Outcome {
     Released,
     /// The key holds something else now: `release.lua` must find out what.
     NotAsGranted,
-    /// The server has no `SET … IFEQ`: `release.lua`, now and from now on.
+    /// The server has no `SET … IFEQ` (it answered `ERR …`: a syntax error, an unknown option):
+    /// `release.lua`, now and for [`RETRY_AFTER`].
     Unsupported,
-    /// The server refused the command for another reason (out of memory, read-only…):
-    /// `release.lua` runs and reports it.
+    /// The server refused the command for a reason of the moment (out of memory, read-only, a
+    /// slot moving, loading…): `release.lua` runs and reports it.
     Refused,
 }
 
@@ -138,11 +145,7 @@ pub(crate) fn outcome(reply: &Value, capability: &ConditionalSet) -> Outcome {
         Value::Okay => Outcome::Released,
         Value::SimpleString(text) if text == "OK" => Outcome::Released,
         Value::Nil => Outcome::NotAsGranted,
-        Value::ServerError(err)
-            if err.code() == "ERR" && err.details().is_some_and(|d| d.contains("syntax")) =>
-        {
-            Outcome::Unsupported
-        }
+        Value::ServerError(err) if err.code() == "ERR" => Outcome::Unsupported,
         _ => Outcome::Refused,
     };
     capability.learn(outcome);
@@ -176,12 +179,25 @@ mod tests {
     }
 
     #[test]
-    fn a_syntax_error_marks_the_connection_and_a_nil_does_not() {
+    fn an_err_reply_marks_the_connection_for_a_while_and_a_nil_does_not() {
         let capability = ConditionalSet::default();
         assert_eq!(outcome(&Value::Nil, &capability), Outcome::NotAsGranted);
         assert!(capability.usable());
+        let oom = redis::parse_redis_value(b"-OOM command not allowed\r\n").unwrap();
+        assert_eq!(outcome(&oom, &capability), Outcome::Refused);
+        assert!(
+            capability.usable(),
+            "a refusal of the moment says nothing of IFEQ"
+        );
         let syntax = redis::parse_redis_value(b"-ERR syntax error\r\n").expect("an error reply");
         assert_eq!(outcome(&syntax, &capability), Outcome::Unsupported);
         assert!(!capability.usable());
+        // Past RETRY_AFTER it is tried again.
+        capability
+            .refused_until
+            .store(to_nanos(Instant::now()).max(1), Ordering::Relaxed);
+        assert!(capability.usable());
+        assert_eq!(outcome(&Value::Okay, &capability), Outcome::Released);
+        assert_eq!(capability.refused_until.load(Ordering::Relaxed), 0);
     }
 }

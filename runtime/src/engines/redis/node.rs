@@ -687,11 +687,11 @@ impl Node {
             .ok_or_else(|| unexpected("release", "no answer"))
     }
 
-    /// Releases a batch of exclusive locks (already prefixed), one answer each: those granted
-    /// quietly with one conditional `SET … IFEQ` each where the server has it
-    /// ([`conditional`]), in one round trip; the others, and those the conditional write did not
-    /// find as granted (waited on, expired, taken over), by `release.lua`, which notifies the
-    /// waiters and tells which.
+    /// Releases a batch of exclusive locks (already prefixed), one answer each, in one round trip
+    /// where it can: the locks granted quietly with one conditional `SET … IFEQ` each where the
+    /// server has it ([`conditional`]), the others by `release.lua` in the same pipeline. A
+    /// conditional write that does not find the lock as granted (waited on, expired, taken over)
+    /// is followed by `release.lua` for that lock, which notifies its waiters and tells which.
     ///
     /// # Cancel safety
     /// As [`invoke`](Self::invoke): dropped after sending, some locks may be released; the
@@ -703,7 +703,6 @@ impl Node {
         fence_counter_ttl: Duration,
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
-        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
         let quiet: Vec<(usize, u64)> = items
             .iter()
             .enumerate()
@@ -714,61 +713,129 @@ impl Node {
                 _ => None,
             })
             .collect();
-        if !quiet.is_empty() {
-            let bound = self.connection().await?;
-            if bound.conditional_set.usable() {
-                let mut pipe = redis::pipe();
-                for (index, fence) in &quiet {
-                    let item = &items[*index];
-                    pipe.add_command(conditional::release_command(
-                        &item.lock,
-                        *fence,
-                        &item.owner,
-                        &self.label,
-                        fence_counter_ttl,
-                    ));
+        let all = |_: &ReleaseCall| true;
+        if quiet.is_empty() {
+            return self
+                .release_subset(items, all, fence_counter_ttl, handoff_window)
+                .await;
+        }
+        let bound = self.connection().await?;
+        if !bound.conditional_set.usable() {
+            return self
+                .release_subset(items, all, fence_counter_ttl, handoff_window)
+                .await;
+        }
+        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
+        let scripted: Vec<usize> = (0..items.len())
+            .filter(|index| !quiet.iter().any(|(quiet, _)| quiet == index))
+            .collect();
+        let mut pipe = redis::pipe();
+        for (index, fence) in &quiet {
+            let item = &items[*index];
+            pipe.add_command(conditional::release_command(
+                &item.lock,
+                *fence,
+                &item.owner,
+                &self.label,
+                fence_counter_ttl,
+            ));
+        }
+        let marker_ttl = millis(fence_counter_ttl);
+        let window = millis(handoff_window);
+        if !scripted.is_empty() {
+            let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
+            let owners: Vec<&Owner> = scripted.iter().map(|i| &items[*i].owner).collect();
+            let args = self.release_args(&owners, &marker_ttl, &window);
+            pipe.add_command(RELEASE.evalsha(&keys, &args));
+        }
+        let mut conn = bound.conn.clone();
+        let replies: Vec<Value> =
+            pipe.ignore_errors()
+                .query_async(&mut conn)
+                .await
+                .map_err(|err| {
+                    self.after_failure(&bound, &err);
+                    self.failure(err)
+                })?;
+        if replies.len() != quiet.len() + usize::from(!scripted.is_empty()) {
+            return Err(unexpected("release", replies));
+        }
+        let mut replies = replies.into_iter();
+        for ((index, _), reply) in quiet.iter().zip(replies.by_ref()) {
+            match conditional::outcome(&reply, &bound.conditional_set) {
+                conditional::Outcome::Released => {
+                    answers[*index] = Some(ReleaseReply::Found(Ownership::Ours));
                 }
-                let mut conn = bound.conn.clone();
-                let replies: Vec<Value> = pipe
-                    .ignore_errors()
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|err| {
-                        self.after_failure(&bound, &err);
-                        self.failure(err)
-                    })?;
-                for ((index, _), reply) in quiet.iter().zip(&replies) {
-                    match conditional::outcome(reply, &bound.conditional_set) {
-                        conditional::Outcome::Released => {
-                            answers[*index] = Some(ReleaseReply::Found(Ownership::Ours));
-                        }
-                        conditional::Outcome::NotAsGranted => {
-                            self.contended.note(&items[*index].lock);
-                        }
-                        _ => {}
-                    }
+                conditional::Outcome::NotAsGranted => self.contended.note(&items[*index].lock),
+                _ => {}
+            }
+        }
+        // The script's answer; an error (NOSCRIPT on first use, say) sends its locks again below.
+        let codes = replies
+            .next()
+            .and_then(|reply| reply.extract_error().ok())
+            .and_then(|reply| Vec::<i64>::from_redis_value(reply).ok());
+        if let Some(codes) = codes {
+            if let Ok(released) = release_replies(codes, scripted.len()) {
+                for (index, answer) in scripted.iter().zip(released) {
+                    answers[*index] = Some(answer);
                 }
             }
         }
-        let rest: Vec<(String, Owner)> = items
-            .iter()
-            .zip(&answers)
-            .filter(|(_, answer)| answer.is_none())
-            .map(|(item, _)| (item.lock.clone(), item.owner.clone()))
-            .collect();
+        let released_already = answers.iter().any(Option::is_some);
+        let unanswered = |index: usize| answers[index].is_none();
+        let rest: Vec<usize> = (0..items.len()).filter(|i| unanswered(*i)).collect();
         if !rest.is_empty() {
-            let mut scripted = self
-                .release_many(&rest, fence_counter_ttl, handoff_window)
-                .await?
-                .into_iter();
-            for answer in answers.iter_mut().filter(|answer| answer.is_none()) {
-                *answer = scripted.next();
+            let pending: Vec<ReleaseCall> = rest.iter().map(|i| items[*i].clone()).collect();
+            let again = self
+                .release_subset(&pending, all, fence_counter_ttl, handoff_window)
+                .await
+                .map_err(|mut failure| {
+                    // The batch's other locks were released: to their callers the failure must
+                    // read as "may have run", so that a retry finding them gone counts as done.
+                    failure.ambiguous |= released_already;
+                    failure
+                })?;
+            for (index, answer) in rest.into_iter().zip(again) {
+                answers[index] = Some(answer);
             }
         }
         answers
             .into_iter()
             .map(|answer| answer.ok_or_else(|| unexpected("release", "no answer")))
             .collect()
+    }
+
+    /// `release.lua` for the items `pick` selects.
+    async fn release_subset(
+        &self,
+        items: &[ReleaseCall],
+        pick: impl Fn(&ReleaseCall) -> bool,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        let pairs: Vec<(String, Owner)> = items
+            .iter()
+            .filter(|item| pick(item))
+            .map(|item| (item.lock.clone(), item.owner.clone()))
+            .collect();
+        self.release_many(&pairs, fence_counter_ttl, handoff_window)
+            .await
+    }
+
+    /// `release.lua`'s arguments for `owners`' locks.
+    fn release_args<'a>(
+        &'a self,
+        owners: &[&'a Owner],
+        marker_ttl: &'a [u8],
+        window: &'a [u8],
+    ) -> Vec<&'a [u8]> {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + owners.len());
+        args.push(marker_ttl);
+        args.push(window);
+        args.push(self.publish.as_bytes());
+        args.extend(owners.iter().map(|owner| owner.as_bytes()));
+        args
     }
 
     /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.
@@ -780,24 +847,12 @@ impl Node {
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         let keys: Vec<&str> = items.iter().map(|(lock, _)| lock.as_str()).collect();
+        let owners: Vec<&Owner> = items.iter().map(|(_, owner)| owner).collect();
         let marker_ttl = millis(fence_counter_ttl);
         let window = millis(handoff_window);
-        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + items.len());
-        args.push(&marker_ttl);
-        args.push(&window);
-        args.push(self.publish.as_bytes());
-        args.extend(items.iter().map(|(_, owner)| owner.as_bytes()));
+        let args = self.release_args(&owners, &marker_ttl, &window);
         let codes: Vec<i64> = self.invoke(&RELEASE, &keys, &args).await?;
-        if codes.len() != items.len() {
-            return Err(unexpected("release", codes));
-        }
-        Ok(codes
-            .into_iter()
-            .map(|code| match code {
-                2 => ReleaseReply::ReleasedUnannounced,
-                code => ReleaseReply::Found(ownership(code)),
-            })
-            .collect())
+        release_replies(codes, items.len())
     }
 
     /// `shared_acquire.lua`: a reader or a permit of `lock` (already prefixed) for `owner`. With
@@ -1195,6 +1250,20 @@ async fn send(
     let reply = reply.extract_error()?;
     let acknowledged = u32::from_redis_value(acknowledged.extract_error()?)?;
     Ok((reply, Some(acknowledged)))
+}
+
+/// `release.lua`'s answer for `count` locks.
+fn release_replies(codes: Vec<i64>, count: usize) -> EngineResult<Vec<ReleaseReply>> {
+    if codes.len() != count {
+        return Err(unexpected("release", codes));
+    }
+    Ok(codes
+        .into_iter()
+        .map(|code| match code {
+            2 => ReleaseReply::ReleasedUnannounced,
+            code => ReleaseReply::Found(ownership(code)),
+        })
+        .collect())
 }
 
 fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {

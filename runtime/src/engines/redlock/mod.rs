@@ -102,7 +102,14 @@ pub(crate) struct RedlockEngine {
     publish_refused: AtomicBool,
     /// The slot each permit holder holds (`permits.rs`), by owner token.
     permit_slots: std::sync::Mutex<HashMap<String, u32>>,
+    /// By owner token, the masters that hold exactly the value of the grant (their vote was the
+    /// token, or the write-back recorded it): where a conditional release can hit. Taken at the
+    /// release; bounded, since it only saves round trips.
+    granted_as: std::sync::Mutex<HashMap<String, Vec<bool>>>,
 }
+
+/// Grants remembered in [`RedlockEngine::granted_as`] at most; past it the memory starts over.
+const GRANTS_REMEMBERED: usize = 65_536;
 
 impl RedlockEngine {
     pub(crate) fn open(config: RedlockConfig<'_>) -> Result<Self, LockError> {
@@ -139,6 +146,7 @@ impl RedlockEngine {
             drift_factor: config.drift_factor,
             publish_refused: AtomicBool::new(false),
             permit_slots: std::sync::Mutex::default(),
+            granted_as: std::sync::Mutex::default(),
         })
     }
 
@@ -246,7 +254,11 @@ impl RedlockEngine {
         // A master that voted `T` or more records at least `T` as its token already: when every
         // granting master did, the write-back would change nothing, and every granting
         // master remembers `T` — as many as a write-back would reach.
+        let mut exact = vec![false; self.masters.len()];
         let confirmed = if votes[0] >= token {
+            for (index, vote) in &granted {
+                exact[*index] = *vote == token;
+            }
             votes.len()
         } else {
             let confirmations = |recorded: &Answers<bool>| {
@@ -262,6 +274,9 @@ impl RedlockEngine {
                 |recorded| confirmations(recorded) >= self.quorum,
             )
             .await;
+            for ((index, _), answer) in granted.iter().zip(&recorded) {
+                exact[*index] = matches!(answer, Some(Ok(true)));
+            }
             confirmations(&recorded)
         };
         let validity = valid_for(ttl, self.drift_factor);
@@ -279,16 +294,16 @@ impl RedlockEngine {
                 .into(),
             });
         }
-        Attempt::Granted(token)
+        Attempt::Granted { token, exact }
     }
 
     /// Releases `owner`'s lock (or votes) on every master, and waits for every answer (within
     /// the per-master timeout): a release not yet sent when its future is dropped — one still
     /// loading its script after NOSCRIPT, say — would leave a copy until its TTL.
     ///
-    /// A lock granted quietly is released with a conditional write on each master where the
-    /// server has one: the masters whose vote was the token (or that recorded it by write-back)
-    /// hold exactly the granted value; on the others the write misses and the script runs.
+    /// A lock granted quietly is released with a conditional write on the masters that hold
+    /// exactly the granted value (their vote was the token, or the write-back recorded it), where
+    /// the server has one; the other masters run the script at once.
     async fn release_everywhere(
         &self,
         names: &KeyNames,
@@ -296,10 +311,25 @@ impl RedlockEngine {
         kind: LockKind,
         granted: GrantedAs,
     ) -> Answers<ReleaseReply> {
+        let exact = self
+            .granted_as
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner.as_str());
+        // Per master: what its copy of the lock was granted as.
+        let targets: Vec<(&Master, GrantedAs)> = self
+            .masters
+            .iter()
+            .enumerate()
+            .map(|(index, master)| match (&exact, granted) {
+                (Some(exact), GrantedAs::Quietly { .. }) if exact[index] => (master, granted),
+                _ => (master, GrantedAs::Unknown),
+            })
+            .collect();
         fan_out(
-            &self.masters,
+            &targets,
             self.master_timeout,
-            |master| -> BoxFuture<'_, EngineResult<ReleaseReply>> {
+            |(master, granted)| -> BoxFuture<'_, EngineResult<ReleaseReply>> {
                 match kind {
                     LockKind::Read => Box::pin(master.node.release_shared(
                         &names.lock,
@@ -310,7 +340,7 @@ impl RedlockEngine {
                     _ => Box::pin(master.node.release(
                         names,
                         owner,
-                        granted,
+                        *granted,
                         self.fence_counter_ttl,
                         HANDOFF_WINDOW,
                     )),
@@ -374,7 +404,11 @@ impl RedlockEngine {
 /// One acquire attempt's outcome.
 enum Attempt {
     /// A quorum granted and recorded this token.
-    Granted(u64),
+    Granted {
+        token: u64,
+        /// Per master: holds exactly the value of the grant.
+        exact: Vec<bool>,
+    },
     /// Another owner holds votes; the holder's longest remaining TTL, when known.
     Busy(Option<Duration>),
     /// Too many masters failed (or were too slow) for a quorum.
@@ -392,7 +426,16 @@ impl RedlockEngine {
         kind: LockKind,
     ) -> EngineResult<Acquired> {
         match self.attempt(names, owner, ttl, asker, kind).await {
-            Attempt::Granted(fence) => Ok(Acquired::Yes { fence }),
+            Attempt::Granted { token, exact } => {
+                if kind == LockKind::Exclusive {
+                    let mut granted = self.granted_as.lock().unwrap_or_else(|e| e.into_inner());
+                    if granted.len() >= GRANTS_REMEMBERED {
+                        granted.clear();
+                    }
+                    granted.insert(owner.as_str().to_owned(), exact);
+                }
+                Ok(Acquired::Yes { fence: token })
+            }
             failed => {
                 // Give every vote back at once (masters that did not answer included), so a
                 // split vote costs the contenders one round trip, not a TTL.
@@ -404,7 +447,7 @@ impl RedlockEngine {
                         reserved: false,
                     }),
                     Attempt::Failed(failure) => Err(failure),
-                    Attempt::Granted(_) => unreachable!("matched above"),
+                    Attempt::Granted { .. } => unreachable!("matched above"),
                 }
             }
         }
