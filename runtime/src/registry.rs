@@ -39,7 +39,9 @@ impl Registry {
     }
 
     /// Registers `backend` under `name`. A name is configured once: registering it again is an
-    /// error, so two parts of a program cannot silently disagree about where a lock lives.
+    /// error, so two parts of a program cannot silently disagree about where a lock lives. A
+    /// backend has one name (its errors, stats and metrics carry it): registering it under a
+    /// second name is an error too — build another `Backend` for it.
     pub fn register(&self, name: impl Into<String>, backend: Backend) -> Result<(), LockError> {
         let name = name.into();
         if name.is_empty() {
@@ -52,8 +54,11 @@ impl Registry {
                 "is already registered; configure each backend once, at start-up",
             ));
         }
-        if let Err(existing) = backend.inner.name.set(Arc::from(name.as_str())) {
-            if *existing != *name {
+        // `set` fails when the backend has a name already; that name is the one to compare (the
+        // error only hands back the value that was refused).
+        if backend.inner.name.set(Arc::from(name.as_str())).is_err() {
+            let existing = backend.inner.name.get().map_or("", |existing| existing);
+            if existing != name {
                 return Err(LockError::invalid_config(
                     format!("backend `{name}`"),
                     format!("is already registered as `{existing}`; build a separate Backend for each name"),
@@ -98,5 +103,41 @@ impl Registry {
         let _ = backend.inner.name.set(Arc::from(name));
         backends.insert(name.to_owned(), backend.clone());
         Ok(backend)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry() -> Registry {
+        Registry {
+            backends: RwLock::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn one_backend_under_two_names_is_refused_naming_both() {
+        let registry = registry();
+        let backend = Backend::in_process();
+        registry.register("orders", backend.clone()).unwrap();
+        let err = registry.register("billing", backend.clone()).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("`billing`") && message.contains("`orders`"),
+            "{message}"
+        );
+        assert!(registry.get("billing").is_err(), "nothing registered");
+        assert_eq!(registry.get("orders").unwrap().name(), "orders");
+    }
+
+    #[test]
+    fn a_name_is_registered_once() {
+        let registry = registry();
+        registry.register("orders", Backend::in_process()).unwrap();
+        let err = registry
+            .register("orders", Backend::in_process())
+            .unwrap_err();
+        assert!(err.to_string().contains("already registered"), "{err}");
     }
 }
