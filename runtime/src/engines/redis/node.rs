@@ -703,32 +703,28 @@ impl Node {
         fence_counter_ttl: Duration,
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
-        let quiet: Vec<(usize, u64)> = items
-            .iter()
-            .enumerate()
-            .filter_map(|(index, item)| match item.granted {
+        // By index: the locks a conditional write may release, with their tokens, and the rest.
+        let (mut quiet, mut scripted): (Vec<(usize, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
+        for (index, item) in items.iter().enumerate() {
+            match item.granted {
                 GrantedAs::Quietly { fence } if !self.contended.contains(&item.lock) => {
-                    Some((index, fence))
+                    quiet.push((index, fence));
                 }
-                _ => None,
-            })
-            .collect();
-        let all = |_: &ReleaseCall| true;
+                _ => scripted.push(index),
+            }
+        }
         if quiet.is_empty() {
             return self
-                .release_subset(items, all, fence_counter_ttl, handoff_window)
+                .release_by_script(items, fence_counter_ttl, handoff_window)
                 .await;
         }
         let bound = self.connection().await?;
         if !bound.conditional_set.usable() {
             return self
-                .release_subset(items, all, fence_counter_ttl, handoff_window)
+                .release_by_script(items, fence_counter_ttl, handoff_window)
                 .await;
         }
         let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
-        let scripted: Vec<usize> = (0..items.len())
-            .filter(|index| !quiet.iter().any(|(quiet, _)| quiet == index))
-            .collect();
         let mut pipe = redis::pipe();
         for (index, fence) in &quiet {
             let item = &items[*index];
@@ -783,12 +779,11 @@ impl Node {
             }
         }
         let released_already = answers.iter().any(Option::is_some);
-        let unanswered = |index: usize| answers[index].is_none();
-        let rest: Vec<usize> = (0..items.len()).filter(|i| unanswered(*i)).collect();
+        let rest: Vec<usize> = (0..items.len()).filter(|i| answers[*i].is_none()).collect();
         if !rest.is_empty() {
             let pending: Vec<ReleaseCall> = rest.iter().map(|i| items[*i].clone()).collect();
             let again = self
-                .release_subset(&pending, all, fence_counter_ttl, handoff_window)
+                .release_by_script(&pending, fence_counter_ttl, handoff_window)
                 .await
                 .map_err(|mut failure| {
                     // The batch's other locks were released: to their callers the failure must
@@ -806,17 +801,15 @@ impl Node {
             .collect()
     }
 
-    /// `release.lua` for the items `pick` selects.
-    async fn release_subset(
+    /// `release.lua` for every one of `items`.
+    async fn release_by_script(
         &self,
         items: &[ReleaseCall],
-        pick: impl Fn(&ReleaseCall) -> bool,
         fence_counter_ttl: Duration,
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         let pairs: Vec<(String, Owner)> = items
             .iter()
-            .filter(|item| pick(item))
             .map(|item| (item.lock.clone(), item.owner.clone()))
             .collect();
         self.release_many(&pairs, fence_counter_ttl, handoff_window)
