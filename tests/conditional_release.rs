@@ -9,10 +9,10 @@
 
 mod common;
 
-use common::{command_calls, Fixture, SingleRedis, Valkey, PREFIX};
+use common::{command_calls, until_waited_on, Fixture, SingleRedis, Valkey, PREFIX};
 use distlock::{Backend, Lock, Released};
 use distlock_test_support::{RedisServer, ServerConfig};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `(calls, rejected + failed calls)` of `command` on `server`.
 fn calls_and_errors(server: &RedisServer, command: &str) -> (u64, u64) {
@@ -42,22 +42,6 @@ async fn cycles(backend: &Backend, test: &str, cycles: usize) {
             .await
             .unwrap();
         assert_eq!(guard.release().await.unwrap(), Released::Released);
-    }
-}
-
-/// Waits until `key` is marked as waited on: inspect is the only window into the server's state.
-async fn until_waited_on(backend: &Backend, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let holder = backend.inspect(key).await.unwrap();
-        if holder.as_ref().is_some_and(|holder| holder.waited_on) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} never waited on: {holder:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -27,6 +27,23 @@ pub fn spawn_waiter(
     })
 }
 
+/// Waits until `key` is marked as waited on on `backend`'s server (a writer registered its
+/// intent, or a waiter was turned away): inspect is the only window into the server's state.
+pub async fn until_waited_on(backend: &Backend, key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let holder = backend.inspect(key).await.unwrap();
+        if holder.as_ref().is_some_and(|holder| holder.waited_on) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} never waited on: {holder:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The backend failure inside `err`, which must be one and not ambiguous: the command surely
 /// did not run (a refused handshake, a refused permission).
 pub fn certain_backend_failure(err: &LockError) -> &distlock::BackendError {

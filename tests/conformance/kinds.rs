@@ -4,29 +4,12 @@
 //! slot only, and the semaphore's own key shows nothing to inspect.
 
 use super::{unique_key, within};
-use crate::common::Fixture;
+use crate::common::{until_waited_on, Fixture};
 use distlock::{Lease, Lock, LockError, LockKind, Released};
 use std::time::{Duration, Instant};
 
 fn read(key: &str) -> Lock {
     Lock::new(key).kind(LockKind::Read)
-}
-
-/// Waits until `key` is marked as waited on (a writer registered its intent, or a waiter was
-/// turned away): inspect is the only window into the server's state.
-async fn until_waited_on<F: Fixture>(fx: &F, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let holder = fx.backend().inspect(key).await.unwrap();
-        if holder.as_ref().is_some_and(|holder| holder.waited_on) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} never waited on: {holder:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 pub(crate) async fn readers_share_and_writers_exclude<F: Fixture>() {
@@ -78,7 +61,7 @@ pub(crate) async fn a_waiting_writer_holds_new_readers_back<F: Fixture>() {
             (guard.fencing_token(), Instant::now(), guard)
         })
     };
-    until_waited_on(&fx, &key).await;
+    until_waited_on(fx.backend(), &key).await;
     let late = read(&key).on(&other).acquire().await.unwrap_err();
     assert!(
         late.is_busy(),
@@ -197,7 +180,7 @@ pub(crate) async fn a_semaphore_admits_exactly_its_permits<F: Fixture>() {
         })
     };
     if !slots {
-        until_waited_on(&fx, &key).await;
+        until_waited_on(fx.backend(), &key).await;
     }
     let freed = second.fencing_token();
     second.release().await.unwrap();
@@ -338,7 +321,7 @@ pub(crate) async fn a_slow_backoff_does_not_let_readers_past_a_waiting_writer<F:
                 .unwrap()
         })
     };
-    until_waited_on(&fx, &key).await;
+    until_waited_on(fx.backend(), &key).await;
     // No event marks an intent lapsing: waiting past its 500 ms is the point.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(400)).await;
