@@ -793,3 +793,46 @@ async fn redlock_read_locks_and_semaphores_hold_their_bounds() {
         "the permits were never shared: {most_inside}"
     );
 }
+
+/// A writer's intent holds new readers back once a quorum of masters carries it, and `inspect`
+/// reports the read lock waited on exactly then: an intent on one master of three is neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_intent_counts_once_a_quorum_of_masters_carries_it() {
+    use distlock::LockKind;
+    let masters = RedisServer::start_many(3);
+    let backend = warmed_redlock(urls(&masters), |b| b).await;
+    let read = || Lock::new("intent").kind(LockKind::Read).on(&backend);
+    let first = read().acquire().await.unwrap();
+    // The intent a waiting writer leaves ("S<fence> <until µs>"), written on some masters.
+    let mark = |master: &RedisServer| {
+        let key = lock_key("intent");
+        let value = master.command(&["GET", &key]).as_str().unwrap();
+        let fence = value.strip_prefix('R').expect("read-held").to_owned();
+        let time = master.command(&["TIME"]);
+        let time = time.as_array().unwrap();
+        let now_us: u64 = time[0].as_str().unwrap().parse::<u64>().unwrap() * 1_000_000
+            + time[1].as_str().unwrap().parse::<u64>().unwrap();
+        let intent = format!("S{fence} {}", now_us + 30_000_000);
+        master.command(&["SET", &key, &intent, "KEEPTTL"]);
+    };
+    mark(&masters[0]);
+    let holder = backend.inspect("intent").await.unwrap().unwrap();
+    assert!(
+        !holder.waited_on,
+        "an intent on one master of three: {holder:?}"
+    );
+    let second = read()
+        .acquire()
+        .await
+        .expect("a reader needs a quorum free of the intent");
+    mark(&masters[1]);
+    let holder = backend.inspect("intent").await.unwrap().unwrap();
+    assert!(holder.waited_on, "an intent on a quorum: {holder:?}");
+    let late = read().acquire().await.unwrap_err();
+    assert!(
+        late.is_busy(),
+        "the intent on a quorum holds readers back: {late:?}"
+    );
+    second.release().await.unwrap();
+    first.release().await.unwrap();
+}

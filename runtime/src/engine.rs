@@ -111,7 +111,8 @@ pub struct Holder {
     pub waiting: Option<u64>,
     /// For a read lock or a semaphore: how many hold it now (`owner` is then empty, `label` one
     /// holder's, `ttl` the longest-living holder's, `waited_on` whether a writer or a waiter
-    /// waits). `None` for an exclusive lock.
+    /// waits — on Redlock, once a quorum of masters carries the writer's intent, which is when
+    /// it holds new readers back). `None` for an exclusive lock.
     pub shared: Option<u64>,
 }
 

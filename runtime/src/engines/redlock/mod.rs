@@ -650,10 +650,17 @@ impl Engine for RedlockEngine {
             let fencing_token = tokens[self.quorum - 1];
             // A waiting process subscribes on every master: the most any master counts.
             let waiting = copies.iter().filter_map(|copy| copy.waiting).max();
-            let waited_on = copies.iter().any(|copy| copy.waited_on);
             // Readers each hold a quorum of masters, not all the same: the most any master
             // counts.
             let shared = copies.iter().filter_map(|copy| copy.shared).max();
+            // An exclusive lock's release announces itself on every master it was marked on,
+            // and waiters listen on all: one mark is enough. A writer's intent holds new readers
+            // back only once a quorum carries it (a reader needs a quorum free of it).
+            let marked = copies.iter().filter(|copy| copy.waited_on).count();
+            let waited_on = match shared {
+                None => marked > 0,
+                Some(_) => marked >= self.quorum,
+            };
             let first = copies.swap_remove(0);
             Ok(Some(Holder {
                 owner: first.owner,
