@@ -516,17 +516,27 @@ async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
         }
     }
     let before = fx.command_calls("evalsha");
+    let busy_before = fx.backend().stats().busy_replies;
+    let started = Instant::now();
     holder.release().await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }
+    let took = started.elapsed();
     assert_eq!(*order.lock().unwrap(), (0..16).collect::<Vec<_>>());
     let scripts = fx.command_calls("evalsha") - before;
-    // One release, then for each waiter one acquire and one release: nobody polls.
+    let retries = fx.backend().stats().busy_replies - busy_before;
+    // One release, then for each waiter one acquire and one release. The only other calls are
+    // the contender's safety-net retries (one per WRITER_RETRY, 400 ms, at most): one that
+    // fires just as the release is in flight is answered "busy". Local waiters never poll.
     assert_eq!(
         scripts,
-        1 + 16 * 2,
-        "{scripts} script calls for 16 handoffs"
+        1 + 16 * 2 + retries,
+        "{scripts} script calls for 16 handoffs, {retries} of them answered busy"
+    );
+    assert!(
+        retries <= 1 + (took.as_millis() / 400) as u64,
+        "{retries} busy replies in {took:?}: the waiters polled"
     );
 }
 
