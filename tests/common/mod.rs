@@ -390,17 +390,34 @@ impl Cluster {
         self.cluster
             .node_for_slot(RedisCluster::slot_of(SingleRedis::lock_key(key)))
     }
-}
 
-impl Fixture for Cluster {
-    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let cluster = RedisCluster::start(3, 1, Duration::from_secs(2));
+    /// A cluster whose nodes are also given `args` (configuration directives and values).
+    pub fn start_with_nodes(
+        args: &[(&str, &str)],
+        configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
+    ) -> Self {
+        Cluster::from(
+            RedisCluster::start_with(3, 1, Duration::from_secs(2), args),
+            configure,
+        )
+    }
+
+    fn from(
+        cluster: RedisCluster,
+        configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
+    ) -> Self {
         let builder = configure(Backend::builder(cluster.url()).prefix(PREFIX));
         Cluster {
             backend: builder.clone().build().expect("valid cluster settings"),
             builder,
             cluster,
         }
+    }
+}
+
+impl Fixture for Cluster {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        Cluster::start_with_nodes(&[], configure)
     }
 
     fn backend(&self) -> &Backend {
