@@ -80,6 +80,14 @@ impl Request<'_> {
         }
     }
 
+    /// Contends for the key on the server until it is acquired, the wait budget is spent or a
+    /// failure ends the call.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `attempt`: with a request in flight or a reply lost, it releases
+    /// in the background, with its owner token, whatever that request may have taken; otherwise
+    /// nothing is held and the turn passes on at once. A waiting writer's intent left on the
+    /// server lapses within `WRITER_INTENT` (500 ms).
     async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
         let engine = &*inner.engine;

@@ -46,6 +46,9 @@ impl KeyEventSender {
     }
 
     /// Resolves when nobody listens any more.
+    ///
+    /// # Cancel safety
+    /// Only observes: dropping the future changes nothing.
     pub(crate) async fn closed(&self) {
         self.0.closed().await
     }

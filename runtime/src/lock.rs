@@ -256,6 +256,9 @@ impl Lock {
     }
 
     /// Acquires `keys` and counts the outcome.
+    ///
+    /// # Cancel safety
+    /// As `take_keys`; a cancelled acquisition counts no outcome in the metrics.
     async fn acquire_keys(
         self,
         backend: Backend,
@@ -268,6 +271,13 @@ impl Lock {
         acquired
     }
 
+    /// Checks the lock's settings, then takes `keys` one by one, in order, into one guard (all or
+    /// none).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the key's acquire in progress (see `Request::acquire`) and the
+    /// guard, which releases the keys taken so far in the background; dropped while the guard
+    /// releases them after a failure, that release finishes in the background.
     async fn take_keys(
         self,
         backend: Backend,

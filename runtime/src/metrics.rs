@@ -222,6 +222,10 @@ mod imp {
 
         /// Awaits `future`, waiting from the moment it is not ready at once (a task queued
         /// behind another task's turn).
+        ///
+        /// # Cancel safety
+        /// Dropping the future drops `future` (its own cancel safety applies); a task counted as
+        /// waiting stays counted until `self` is dropped.
         pub(crate) async fn unless_ready<F: Future>(&mut self, future: F) -> F::Output {
             let mut future = std::pin::pin!(future);
             let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
@@ -376,6 +380,10 @@ mod imp {
         #[inline]
         pub(crate) fn start(&mut self) {}
 
+        /// Awaits `future`.
+        ///
+        /// # Cancel safety
+        /// Dropping the future drops `future`; its own cancel safety applies.
         #[inline]
         pub(crate) async fn unless_ready<F: Future>(&mut self, future: F) -> F::Output {
             future.await

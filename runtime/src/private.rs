@@ -26,6 +26,9 @@ pub struct Spec {
 
 /// Acquires every key (all or none, canonical order), runs `body` under the call context with the
 /// spec's lost-lease policy, and releases. Lock errors come back through `E: From<LockError>`.
+///
+/// # Cancel safety
+/// As [`Lock::run`](crate::Lock::run).
 pub async fn locked<T, E, F>(spec: &'static Spec, keys: Vec<String>, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
@@ -79,6 +82,11 @@ pub mod raw {
     }
 
     /// Acquire with an explicit owner token: `Ok(Some(fence))` or `Ok(None)` when busy.
+    ///
+    /// # Cancel safety
+    /// Dropped after the request was sent, the lock may be taken under `token` all the same;
+    /// nothing here releases it: the caller, who chose the token, releases with it, or it expires
+    /// after `ttl`.
     pub async fn acquire(
         backend: &Backend,
         key: &str,
@@ -108,6 +116,10 @@ pub mod raw {
     }
 
     /// Release with an explicit owner token.
+    ///
+    /// # Cancel safety
+    /// Dropped after the request was sent, the release may still run on the server, as with a lost
+    /// reply.
     pub async fn release(backend: &Backend, key: &str, token: &str) -> Result<i8, LockError> {
         backend
             .inner
@@ -124,6 +136,10 @@ pub mod raw {
     }
 
     /// Renew with an explicit owner token.
+    ///
+    /// # Cancel safety
+    /// Dropped after the request was sent, the renewal may still extend the lock on the server, as
+    /// with a lost reply.
     pub async fn renew(
         backend: &Backend,
         key: &str,

@@ -105,6 +105,12 @@ pub(crate) async fn release_all(
 /// early is never unsafe: if the acquire does overtake the release (a release queued for a batch,
 /// a connection being re-established), it is answered "busy", marks the lock waited on, and the
 /// release's notification wakes it.
+///
+/// # Cancel safety
+/// Dropped before its first poll, nothing was sent and the lease keeps the turn. The first poll
+/// never waits, so once polled the turn has passed, and dropping the future drops `release`,
+/// which may still run on the server: the caller (`release_all`) hands the key to a
+/// background release.
 async fn pass_turn_once_sent<F: Future>(lease: &HeldLease, release: F) -> F::Output {
     // Unconstrained: tokio's cooperative budget must not make the first poll return before the
     // request is handed to the connection (the acquire behind it would then overtake it).
@@ -182,6 +188,11 @@ impl Abandoned {
     /// backoff capped at the backend's `max_backoff`, until its lease would have expired: the
     /// server may be back (a new primary named, a cluster shard promoted) long before the TTL
     /// ends — while the keys behind it go ahead.
+    ///
+    /// # Cancel safety
+    /// Runs as a spawned task (or at once, for an engine that answers at once), never dropped by a
+    /// caller. Dropped by its runtime shutting down, the keys not yet done — the one in flight
+    /// included — are counted as left to expire (`Abandoned`'s `Drop`) and expire by their TTL.
     async fn finish(mut self, front_sent: bool) {
         let mut maybe_released = front_sent;
         while let Some(lease) = self.leases.front().cloned() {
@@ -202,6 +213,10 @@ impl Abandoned {
 /// Tries again to release a lock whose release failed, after backoffs capped at `max_backoff`,
 /// until it succeeds or the lease would have expired anyway. A failed round trip may have run,
 /// so "gone" counts as released.
+///
+/// # Cancel safety
+/// Runs as a spawned task, never dropped by a caller; dropped by its runtime shutting down, it
+/// stops trying (a release in flight may still run) and the lock expires by its TTL.
 async fn retry_until_expiry(backend: Backend, lease: Arc<HeldLease>) {
     let mut backoff = Backoff::new(backend.inner.settings.max_backoff);
     loop {
@@ -250,6 +265,11 @@ impl Drop for Abandoned {
 /// Releases one key, retrying a round trip whose reply was lost (the script is idempotent: a
 /// retry after a successful release finds the key gone, which then means "released").
 /// `maybe_released`: an earlier request for this key may have run already.
+///
+/// # Cancel safety
+/// Dropped after a request was sent, the key may be released already, as after a lost reply.
+/// The foreground caller (`release_all`) then hands the key to a background release, which
+/// counts "gone" as released; the background callers are dropped only with their runtime.
 async fn release_one(
     backend: &Backend,
     lease: &HeldLease,

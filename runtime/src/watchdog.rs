@@ -147,6 +147,14 @@ struct BatchOutcome {
     answers: Option<Vec<Option<Ownership>>>,
 }
 
+/// The watchdog task: renews due leases in batches, marks expired ones lost, and exits once it
+/// has had no lease for `IDLE_GRACE`.
+///
+/// # Cancel safety
+/// A spawned task, never dropped by a caller. Dropped by its runtime shutting down, it is
+/// marked dead (`AliveGuard`) and the next registration spawns another; the batches in flight
+/// go with it, and their leases stay marked as in flight, so no later task renews them (they
+/// run out at the end of their validity).
 async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
     let mut in_flight = FuturesUnordered::new();
     let mut idle_since: Option<Instant> = None;
@@ -249,6 +257,12 @@ fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Opt
     (ripe, wake_at)
 }
 
+/// Renews one batch of leases in one engine call; the outcome is for `apply`.
+///
+/// # Cancel safety
+/// Dropped only with the watchdog task (see `run`). A renewal already sent may still extend
+/// the leases on the server, as with a lost reply; a lease's validity counts only confirmed
+/// renewals, so it never relies on that extension.
 async fn renew(shared: Arc<Shared>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {
     let sent_at = Instant::now();
     let items: Vec<Renewal<'_>> = batch

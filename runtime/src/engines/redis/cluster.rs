@@ -124,6 +124,10 @@ impl ClusterEngine {
     }
 
     /// The slot map, read with `CLUSTER SLOTS` if it is not known.
+    ///
+    /// # Cancel safety
+    /// Read-only (`CLUSTER SLOTS`): dropping the future leaves the map unread, for the next caller
+    /// to read.
     pub(super) async fn owners(&self) -> EngineResult<Vec<(u16, u16, String)>> {
         {
             let owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
@@ -163,6 +167,11 @@ impl ClusterEngine {
     /// routed by the client. A node without the script (first use, a promoted replica) gets the
     /// pipeline once more, its first call carrying the source, which loads it for the others.
     /// Answers per slot, in order.
+    ///
+    /// # Cancel safety
+    /// Dropped (by the per-master bound in `renew`), the renewals already sent may still extend
+    /// their leases on the server, as with lost replies; those leases are answered undecided and
+    /// renewed again soon.
     async fn renew_on_master(&self, slots: Vec<SlotLeases>, batch: &[Renewal<'_>]) -> SlotAnswers {
         let all: Vec<usize> = (0..slots.len()).collect();
         let mut replies = self.renewal_pipeline(&slots, &all, batch, false).await;
@@ -203,6 +212,10 @@ impl ClusterEngine {
     /// One pipeline of `renew.lua` calls, for the slots at `which`, to the master of the first
     /// of them; `None` for a slot whose reply did not come. `load`: the first call carries the
     /// script's source.
+    ///
+    /// # Cancel safety
+    /// As [`renew_on_master`](Self::renew_on_master): a pipeline already sent may still extend its
+    /// leases; nothing else is left behind.
     async fn renewal_pipeline(
         &self,
         slots: &[SlotLeases],

@@ -15,6 +15,9 @@ use std::collections::BTreeSet;
 
 impl ClusterEngine {
     /// The lock keys matching `pattern` on every master (every slot lives on one).
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing (at most, the slot map it read is kept).
     pub(super) async fn scan_masters(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let masters: BTreeSet<String> = self
             .owners()
@@ -62,6 +65,10 @@ impl ClusterEngine {
 
     /// Follows the key on the master owning its slot, found again (`CLUSTER SLOTS`) each time
     /// the subscription is restored, so a failover or a migration moves the follower too.
+    ///
+    /// # Cancel safety
+    /// As `keyspace::follow`: dropped before it resolves, it drops the connection it opened and
+    /// leaves no task.
     pub(super) async fn follow_slot_owner(
         &self,
         key: &str,

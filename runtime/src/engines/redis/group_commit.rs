@@ -116,6 +116,11 @@ impl<B: Batched> GroupCommit<B> {
     }
 
     /// Sends `item` on its own, in an in-flight slot already taken.
+    ///
+    /// # Cancel safety
+    /// Dropped while the item is sent, it may still run (the caller keeps what it needs to undo
+    /// it); the in-flight slot is given up at once (`InFlight`'s `Drop`), and the calls queued
+    /// behind it go out from a task, so none of them waits on this caller.
     async fn run_alone(&self, item: B::Item) -> EngineResult<B::Answer> {
         let slot = InFlight {
             script: &self.script,
@@ -160,6 +165,12 @@ impl<B: Batched> Drop for InFlight<'_, B> {
 }
 
 /// Sends the queue in batches until it is empty, then frees its in-flight slot.
+///
+/// # Cancel safety
+/// Runs as a spawned task, never dropped by a caller. Dropped by its runtime shutting down
+/// (even before it first ran), it never frees its in-flight slot: the engine has one slot
+/// fewer from then on, and with none left, calls queue and are never sent. The callers of the
+/// batch it carried get an ambiguous error.
 async fn flush<B: Batched>(script: Arc<B>, state: Arc<Mutex<State<B>>>) {
     loop {
         let batch: Vec<Queued<B>> = {

@@ -76,6 +76,11 @@ struct Subscribed {
     server: String,
 }
 
+/// `subscribe_now` within the connect timeout and three response timeouts; no answer in time
+/// is `Failure::Unreachable`.
+///
+/// # Cancel safety
+/// As `subscribe_now`, which the timeout drops when it fires.
 async fn subscribe(
     source: &ClientSource,
     lock: &str,
@@ -92,6 +97,12 @@ async fn subscribe(
     }
 }
 
+/// Checks (with `enable`: sets) `notify-keyspace-events` on the server `source` names, then
+/// subscribes to `lock`'s keyspace channel on a connection of its own.
+///
+/// # Cancel safety
+/// Dropping the future drops the connections it opened, and the subscription with them; a
+/// `CONFIG SET` already sent may still enable the notifications, as asked.
 async fn subscribe_now(
     source: &ClientSource,
     lock: &str,
@@ -169,6 +180,11 @@ fn missing_flags(current: &str) -> String {
 
 /// The follower's task: forwards notifications, restores lost subscriptions, and stops when
 /// nobody listens.
+///
+/// # Cancel safety
+/// A spawned task, never dropped by a caller: it ends once nobody listens (`events` closed),
+/// at the latest after the subscription attempt under way, and its connection and
+/// subscription end with it.
 async fn forward(
     source: ClientSource,
     lock: String,

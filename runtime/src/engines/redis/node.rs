@@ -260,6 +260,9 @@ impl Node {
     }
 
     /// The lock keys (without the prefix) matching `pattern` on this server (not a cluster).
+    ///
+    /// # Cancel safety
+    /// Read-only (`SCAN`): dropping the future changes nothing.
     pub(crate) async fn scan(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let pattern = super::scan::match_pattern(&self.prefix, pattern);
         let locks = super::scan::walk(&pattern, |cmd| async move { self.raw_query(&cmd).await })
@@ -338,6 +341,12 @@ impl Node {
         opened
     }
 
+    /// Opens a connection to the fixed server, the primary the sentinels name now, or the cluster,
+    /// and makes it the node's connection.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the attempt (the Sentinel lookup, the cluster connection); a
+    /// connection is kept only once made, so nothing is left half open.
     async fn open_connection(&self) -> EngineResult<Bound> {
         let (client, generation) = match &self.target {
             Target::Cluster(client) => return self.bind_cluster(client).await,
@@ -391,6 +400,9 @@ impl Node {
     }
 
     /// Connects to the cluster (one reachable node is enough; the others are found from it).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the connection being made; the node keeps nothing of it.
     async fn bind_cluster(&self, client: &ClusterClient) -> EngineResult<Bound> {
         let connect = client.get_async_connection();
         let conn = match tokio::time::timeout(self.timeouts.connect * 2, connect).await {
@@ -496,6 +508,10 @@ impl Node {
 
     /// `acquire.lua` for one lock: take it (or find it busy, and mark it waited on); the token is
     /// this server's, with its clock counted in steps of `clock_step_us` (1 for µs).
+    ///
+    /// # Cancel safety
+    /// As [`acquire_many`](Self::acquire_many): a dropped call may hold the lock; the caller
+    /// releases it with the same owner.
     pub(crate) async fn acquire(
         &self,
         names: &KeyNames,
@@ -639,6 +655,11 @@ impl Node {
     /// `fence_writeback.lua`: record `fence` as the lock's token (and so, after the release, as
     /// the marker the next token must exceed) where `owner` still holds the lock. `true` when it
     /// did.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a write-back already sent may still record `fence` where
+    /// `owner` holds the lock; its acquire is still in flight then, and that acquire's cleanup
+    /// releases with the same owner.
     pub(crate) async fn write_back_fence(
         &self,
         names: &KeyNames,
@@ -662,6 +683,9 @@ impl Node {
 
     /// Releases one lock: free it if `owner` holds it, leaving its token as a marker for
     /// `fence_counter_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
     pub(crate) async fn release(
         &self,
         names: &KeyNames,
@@ -802,6 +826,9 @@ impl Node {
     }
 
     /// `release.lua` for every one of `items`.
+    ///
+    /// # Cancel safety
+    /// As [`release_many`](Self::release_many).
     async fn release_by_script(
         &self,
         items: &[ReleaseCall],
@@ -833,6 +860,11 @@ impl Node {
 
     /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.
     /// A lock that was waited on is left to the waiters it notifies for `handoff_window`.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, the locks may be released all the same;
+    /// callers that must know release again with the same owners, where a lock already released
+    /// reads as gone.
     pub(crate) async fn release_many(
         &self,
         items: &[(String, Owner)],
@@ -923,6 +955,11 @@ impl Node {
     }
 
     /// `shared_release.lua`: the reader or permit `owner` of `lock` (already prefixed) leaves.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, the holder may have left all the same;
+    /// the caller releases again with the same owner (`release.rs`, or an acquire's cleanup),
+    /// where a holder already gone reads as gone.
     pub(crate) async fn release_shared(
         &self,
         lock: &str,
@@ -955,6 +992,10 @@ impl Node {
 
     /// `renew.lua` for a batch whose keys are already prefixed: one answer per lease; `None` for
     /// a lease extended on the primary but not acknowledged by the replicas wanted.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a renewal already sent may still extend the leases; the
+    /// watchdog counts only confirmed renewals, so no lease relies on it.
     pub(crate) async fn renew(
         &self,
         locks: &[String],
@@ -1016,6 +1057,9 @@ impl Node {
     }
 
     /// `inspect.lua`: who holds the lock on this server.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
     pub(crate) async fn inspect(&self, names: &KeyNames) -> EngineResult<Option<Holder>> {
         let reply: Vec<Value> = self
             .invoke(&INSPECT, &[&names.lock], &[self.count_subscribers()])
@@ -1025,6 +1069,10 @@ impl Node {
 
     /// `unlock.lua`: removes the lock whoever holds it (an operator's forced unlock), leaving
     /// the token marker one above its token; the holder it removed.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, the lock may still be removed and its
+    /// waiters woken.
     pub(crate) async fn force_unlock(
         &self,
         names: &KeyNames,
@@ -1051,6 +1099,9 @@ impl Node {
     /// The server settings the doctor judges: eviction policy, persistence, replication. A
     /// setting the server refuses to show (an ACL without `CONFIG`) is judged unchecked; a server
     /// that cannot be reached is the error.
+    ///
+    /// # Cancel safety
+    /// Read-only (`CONFIG GET`, `INFO`, `ACL`): dropping the future changes nothing.
     pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::doctor::Finding>> {
         let mut settings = Vec::new();
         for setting in ["maxmemory-policy", "appendonly", "save"] {
@@ -1083,6 +1134,9 @@ impl Node {
 
     /// What the connection's user may not do of what locks need, asked with `ACL DRYRUN` (Redis
     /// ≥ 7.0, and a right of its own: without it the check is reported unchecked).
+    ///
+    /// # Cancel safety
+    /// Read-only (`ACL WHOAMI`, `ACL DRYRUN`): dropping the future changes nothing.
     async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
         let user: String = match self
             .raw_query(&redis::cmd("ACL").arg("WHOAMI").clone())
@@ -1126,6 +1180,10 @@ impl Node {
     }
 
     /// Sends `cmd` on the node's connection (a server, or a cluster routing it by its keys).
+    ///
+    /// # Cancel safety
+    /// Dropped after sending, `cmd` may still run, as with a lost reply; the callers here send only
+    /// read-only commands (`SCAN`, `CONFIG GET`, `INFO`, `ACL`).
     pub(crate) async fn raw_query<T: FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
@@ -1219,6 +1277,10 @@ fn primary_may_have_moved(err: &redis::RedisError) -> bool {
 }
 
 /// Sends `script`, followed by `WAIT` when `ack` is set, in one round trip.
+///
+/// # Cancel safety
+/// Dropped after the commands were written, the script (and `WAIT`) may still run on the
+/// server, as with a lost reply; see [`Node::invoke`].
 async fn send(
     manager: &mut Conn,
     script: redis::Cmd,

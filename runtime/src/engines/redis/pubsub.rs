@@ -165,6 +165,11 @@ impl Subscriber {
     }
 
     /// Subscribes on the current connection (opening one if needed); returns its epoch.
+    ///
+    /// # Cancel safety
+    /// Dropped after the SUBSCRIBE was queued on the link, the server may still subscribe; the
+    /// link's lock is let go with the future, so the channel's last waiter's UNSUBSCRIBE is sent
+    /// after it.
     async fn subscribe(&self, channel: &str) -> Result<u64, Failure> {
         let mut links = self.link.lock().await;
         let (mut sink, epoch) = self.connect(&mut links).await?;
@@ -172,6 +177,11 @@ impl Subscriber {
         Ok(epoch)
     }
 
+    /// Unsubscribes from `channel` on the live link, unless a waiter came back for it.
+    ///
+    /// # Cancel safety
+    /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller. An
+    /// UNSUBSCRIBE not answered within the response timeout is given up on; it may still run.
     async fn unsubscribe(&self, channel: String) {
         let links = self.link.lock().await;
         // A waiter may have come back for the channel since its last one left.
@@ -188,6 +198,12 @@ impl Subscriber {
         }
     }
 
+    /// The live link's sink, or a new link: a pub/sub connection to the server the node talks to
+    /// now, with a reader task that notifies `channels`.
+    ///
+    /// # Cancel safety
+    /// Dropped before the connection is made, nothing is kept (the next caller tries again); once
+    /// it is made, the link and its reader task are set up with no await.
     async fn connect(&self, links: &mut Links) -> Result<(PubSubSink, u64), Failure> {
         if let Some(link) = links
             .current

@@ -34,6 +34,9 @@ pub(crate) fn key_of<'a>(prefix: &str, lock: &'a str) -> Option<&'a str> {
 
 /// Walks one server's keyspace with `SCAN <cursor> MATCH <pattern> COUNT …`, `step` sending one
 /// command; the keys found, each once.
+///
+/// # Cancel safety
+/// Read-only: `SCAN` keeps no cursor on the server, so dropping the future changes nothing.
 pub(crate) async fn walk<F, Fut>(pattern: &str, mut step: F) -> redis::RedisResult<Vec<String>>
 where
     F: FnMut(redis::Cmd) -> Fut,

@@ -286,6 +286,11 @@ impl SentinelTarget {
 }
 
 /// Follows `+switch-master` on one sentinel after another, for as long as the target lives.
+///
+/// # Cancel safety
+/// Runs as a spawned task, never dropped by a caller: aborted when the target is dropped, or
+/// dropped with its runtime (its `AliveFlag` then lets the next `resolve` start another). Its
+/// sentinel connection goes with it.
 async fn listen(target: Weak<SentinelTarget>) {
     let mut retry = Duration::from_millis(20);
     // The sentinel tried first: the next one after each attempt, so that a sentinel that is

@@ -102,6 +102,12 @@ impl ShardedSubscriber {
         self.channels.watched()
     }
 
+    /// The live link's connection, or a new link (a new epoch, a RESP3 connection whose pushes go
+    /// to `channels`) when there is none or it ended.
+    ///
+    /// # Cancel safety
+    /// Dropped while connecting, the new connection is dropped and no link is recorded (the next
+    /// caller makes one); its epoch is never used, which is harmless.
     async fn connect(
         &self,
         link: &mut Option<Link>,
@@ -145,6 +151,11 @@ impl ShardedSubscriber {
         Ok((conn, epoch))
     }
 
+    /// Unsubscribes from `channel` on the live link, unless a waiter came back for it.
+    ///
+    /// # Cancel safety
+    /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller. An
+    /// SUNSUBSCRIBE not answered within the response timeout is given up on; it may still run.
     async fn unsubscribe(&self, channel: String) {
         let link = self.link.lock().await;
         // A waiter may have come back for the channel since its last one left.

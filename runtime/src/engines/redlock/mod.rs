@@ -170,6 +170,11 @@ impl RedlockEngine {
 
     /// One acquire attempt on every master: an exclusive lock (or a permit's slot), or a
     /// reader.
+    ///
+    /// # Cancel safety
+    /// Dropped mid-way, votes (and write-backs) already sent may still take the lock on some
+    /// masters, and nothing is recorded in `granted_as`; the caller's acquire is in flight then,
+    /// and its cleanup releases on every master with the same owner.
     async fn attempt(
         &self,
         names: &KeyNames,
@@ -304,6 +309,11 @@ impl RedlockEngine {
     /// A lock granted quietly is released with a conditional write on the masters that hold
     /// exactly the granted value (their vote was the token, or the write-back recorded it), where
     /// the server has one; the other masters run the script at once.
+    ///
+    /// # Cancel safety
+    /// The grant's `granted_as` entry is taken before the first await. Dropped, the releases
+    /// already sent still run and the others are not sent; the caller releases again with the same
+    /// owner, by script on every master.
     async fn release_everywhere(
         &self,
         names: &KeyNames,
@@ -417,6 +427,10 @@ enum Attempt {
 
 impl RedlockEngine {
     /// An exclusive lock (or a permit's slot) or a reader on the lock `names`, by quorum.
+    ///
+    /// # Cancel safety
+    /// As [`attempt`](Self::attempt), also while a failed attempt's votes are given back: the
+    /// caller's acquire is still in flight, and its cleanup releases on every master.
     pub(super) async fn acquire_names(
         &self,
         names: &KeyNames,
@@ -454,6 +468,9 @@ impl RedlockEngine {
     }
 
     /// Releases `owner`'s hold of the lock `names` on every master, judged by quorum.
+    ///
+    /// # Cancel safety
+    /// As [`release_everywhere`](Self::release_everywhere).
     pub(super) async fn release_names(
         &self,
         names: &KeyNames,
@@ -500,6 +517,10 @@ impl RedlockEngine {
 
     /// Renews a batch whose locks (`locks[i]` for `batch[i]`) are already named, on every
     /// master; a lease's renewal decided by quorum.
+    ///
+    /// # Cancel safety
+    /// Dropped only with the watchdog's renewal: renewals already sent may still extend the copies
+    /// on their masters; a lease counts only a confirmed quorum, so it never relies on them.
     async fn renew_locks(
         &self,
         locks: &[String],

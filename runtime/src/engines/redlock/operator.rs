@@ -15,6 +15,9 @@ const OPERATOR_PATIENCE: u32 = 20;
 impl RedlockEngine {
     /// The keys found on the masters that answered (a lock held by a quorum is on at least one
     /// of any quorum); fewer than a quorum answering is the error.
+    ///
+    /// # Cancel safety
+    /// Read-only: dropping the future changes nothing.
     pub(super) async fn list_keys(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let answers = fan_out(
             &self.masters,
@@ -43,6 +46,10 @@ impl RedlockEngine {
 
     /// Removes the lock on every master that answers; the holder removed from the most
     /// masters. Fewer than a quorum answering is the error (the lock may live on).
+    ///
+    /// # Cancel safety
+    /// Dropped after the requests left, the lock may still be removed (and its waiters woken) on
+    /// the masters that got one, and not on the others.
     pub(super) async fn force_unlock_all(&self, key: &str) -> EngineResult<Option<Holder>> {
         let names = self.names(key);
         let answers = fan_out(
@@ -92,6 +99,11 @@ impl RedlockEngine {
     /// Follows the key on every master; a master that is down is followed in the background
     /// from the start (its events come once it is back). A master refusing (notifications off,
     /// no `CONFIG` right) is the error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the follows still subscribing, with their connections; the
+    /// followers already started end once the caller's `KeyEvents` is dropped, as it is with a
+    /// dropped `Backend::events`.
     pub(super) async fn follow_all(
         &self,
         key: &str,

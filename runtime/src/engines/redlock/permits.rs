@@ -69,6 +69,10 @@ impl RedlockEngine {
     }
 
     /// Gives `owner`'s slot back (every slot, when which one is not known).
+    ///
+    /// # Cancel safety
+    /// The owner's slot is forgotten before the release is sent. Dropped, the caller releases
+    /// again with the same owner (`release.rs`), which then gives back every slot it may hold.
     pub(super) async fn release_permit(
         &self,
         key: &str,
