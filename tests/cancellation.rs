@@ -463,3 +463,65 @@ async fn dropping_lock_events_ends_their_subscription() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A runtime that shuts down while acquires are in flight and others queue for a batch (group
+/// commit) takes the task that would have sent the queue with it; the backend, used from another
+/// runtime, still answers at once (the batch's in-flight slots came back).
+#[test]
+fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
+    let server = distlock_test_support::RedisServer::start();
+    let first = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (proxy, backend) = first.block_on(async {
+        let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
+        let backend = Backend::builder(proxy.url()).build().unwrap();
+        // Connected, scripts loaded: what follows is only the acquires under test.
+        Lock::new("warm-up")
+            .on(&backend)
+            .run(async {})
+            .await
+            .unwrap();
+        (proxy, backend)
+    });
+    // Two acquires held in flight by the proxy, ten queued behind them for a batch.
+    proxy.blackhole(true);
+    for i in 0..12 {
+        let backend = backend.clone();
+        first.spawn(async move {
+            let _ = Lock::new(format!("pending:{i}"))
+                .on(&backend)
+                .acquire()
+                .await;
+        });
+        if i == 1 {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while proxy.requests_held() == 0 {
+                assert!(Instant::now() < deadline, "the acquires never left");
+                std::thread::yield_now();
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while raw::batched_calls(&backend) < 10 {
+        assert!(Instant::now() < deadline, "the acquires never queued");
+        std::thread::yield_now();
+    }
+    drop(first);
+    proxy.blackhole(false);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let acquired = tokio::time::timeout(
+            Duration::from_secs(5),
+            Lock::new("after").on(&backend).acquire(),
+        )
+        .await
+        .expect("an acquire queued for ever behind the dropped runtime's batch");
+        acquired.unwrap().release().await.unwrap();
+    });
+}

@@ -151,7 +151,13 @@ impl<B: Batched> Drop for InFlight<'_, B> {
         drop(state);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(flush(self.script.clone(), self.state.clone()));
+                // The slot goes with the task: a runtime shutting down drops the task, perhaps
+                // unpolled, and `FlushSlot` then frees it.
+                let slot = FlushSlot {
+                    state: self.state.clone(),
+                    finished: false,
+                };
+                runtime.spawn(flush(self.script.clone(), slot));
             }
             Err(_) => {
                 // No runtime to send with: the queued callers get an error (their senders are
@@ -164,19 +170,42 @@ impl<B: Batched> Drop for InFlight<'_, B> {
     }
 }
 
+/// The in-flight slot a `flush` task holds, freed however the task ends: by `flush` itself when
+/// it finds the queue empty (under the lock that `submit` takes, so nothing queues unsent), or by
+/// this guard's `Drop` when the task's runtime drops it, mid-batch or before it first ran.
+struct FlushSlot<B: Batched> {
+    state: Arc<Mutex<State<B>>>,
+    finished: bool,
+}
+
+impl<B: Batched> Drop for FlushSlot<B> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        // No runtime is left to send the queue with: its callers get an ambiguous error (their
+        // senders drop with it; nothing of theirs was sent), and the slot is free for the next
+        // call, which goes out on its own.
+        let mut state = lock(&self.state);
+        state.queue.clear();
+        state.in_flight -= 1;
+    }
+}
+
 /// Sends the queue in batches until it is empty, then frees its in-flight slot.
 ///
 /// # Cancel safety
 /// Runs as a spawned task, never dropped by a caller. Dropped by its runtime shutting down
-/// (even before it first ran), it never frees its in-flight slot: the engine has one slot
-/// fewer from then on, and with none left, calls queue and are never sent. The callers of the
-/// batch it carried get an ambiguous error.
-async fn flush<B: Batched>(script: Arc<B>, state: Arc<Mutex<State<B>>>) {
+/// (even before it first ran), its `FlushSlot` frees the slot and drops the queue: the callers
+/// of the batch in flight and of the queue get an ambiguous error, and the engine's next calls
+/// go out on their own.
+async fn flush<B: Batched>(script: Arc<B>, mut slot: FlushSlot<B>) {
     loop {
         let batch: Vec<Queued<B>> = {
-            let mut state = lock(&state);
+            let mut state = lock(&slot.state);
             if state.queue.is_empty() {
                 state.in_flight -= 1;
+                slot.finished = true;
                 return;
             }
             let take = state.queue.len().min(MAX_BATCH);
