@@ -525,3 +525,51 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
         acquired.unwrap().release().await.unwrap();
     });
 }
+
+/// An acquire whose reply is lost, during an outage that outlasts the quick retries of the
+/// release sent on its behalf: the release keeps trying in the background, and frees the lock
+/// once the server is reachable again — not a whole TTL later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_acquire_is_released_after_an_outage_not_left_to_its_ttl() {
+    let server = distlock_test_support::RedisServer::start();
+    let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
+    let backend = Backend::builder(proxy.url())
+        .max_backoff(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    Lock::new("warm-up")
+        .on(&backend)
+        .run(async {})
+        .await
+        .unwrap();
+    // The open connection carries the acquire, whose reply is lost with the connection; every
+    // new connection is refused until the outage ends.
+    proxy.refuse(true);
+    proxy.drop_next_reply();
+    Lock::new("lost").on(&backend).acquire().await.unwrap_err();
+    let key = "distlock:{lost}";
+    assert!(
+        common::held_pttl(&server, key).is_some_and(|ttl| ttl > Duration::from_secs(20)),
+        "the lost acquire took the lock for its TTL"
+    );
+    let direct = Backend::builder(server.url()).build().unwrap();
+    let mut events = direct
+        .events("lost", distlock::Notifications::Enable)
+        .await
+        .unwrap();
+    // An outage past the quick retries of the release sent for the lost acquire.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.refuse(false);
+    let freed = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(event) = events.next().await {
+            if event.unwrap().holder.is_none() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        freed.is_ok() && common::held_pttl(&server, key).is_none(),
+        "the lock was left to its TTL after the outage"
+    );
+}

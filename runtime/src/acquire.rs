@@ -260,6 +260,8 @@ struct Attempt<'a> {
     reply_lost: bool,
     waiting_gauge: Waiting<'a>,
     kind: LockKind,
+    /// The TTL each acquire request asks for.
+    ttl: Duration,
 }
 
 impl<'a> Attempt<'a> {
@@ -286,6 +288,7 @@ impl<'a> Attempt<'a> {
             turn,
             own_watch: None,
             kind: request.terms.kind,
+            ttl: request.terms.ttl,
             in_flight: false,
             reply_lost: false,
             waiting_gauge,
@@ -331,6 +334,7 @@ impl Drop for Attempt<'_> {
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),
             self.kind,
+            self.ttl,
             self.turn.take(),
         );
         release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);

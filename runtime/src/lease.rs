@@ -103,13 +103,16 @@ impl HeldLease {
     }
 
     /// A lease whose acquire request was sent but never answered: the lock may or may not be
-    /// held under `owner`. It exists only to be released (fencing token 0, never renewed).
+    /// held under `owner`, for up to `requested_ttl`. It exists only to be released (fencing token
+    /// 0, never renewed); it counts as valid until that lock would have expired anyway, which is
+    /// how long a failing background release keeps trying.
     pub(crate) fn unconfirmed(
         stats: Arc<Stats>,
         labels: Labels,
         key: String,
         owner: Owner,
         kind: LockKind,
+        requested_ttl: Duration,
         turn: Option<Turn>,
     ) -> HeldLease {
         let terms = Terms {
@@ -119,7 +122,13 @@ impl HeldLease {
             max_hold: None,
             kind,
         };
-        let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, Instant::now());
+        let now = Instant::now();
+        let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, now);
+        // The request has been sent, so it runs no later than the release sent after it: the
+        // lock it may take expires before `now + requested_ttl`.
+        lease
+            .valid_until
+            .store(to_nanos(now + requested_ttl), Ordering::Release);
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
         lease
     }
