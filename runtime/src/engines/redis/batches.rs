@@ -7,9 +7,10 @@ use super::group_commit::Batched;
 use super::node::{handoff_window, LockCall, Node, ReleaseCall, ReleaseReply, HANDOFF_WINDOW};
 use crate::engine::{Acquired, EngineResult};
 use crate::hooks::SharedHooks;
+use crate::wait::Backoff;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `acquire.lua` over a batch of locks.
 pub(crate) struct AcquireBatch {
@@ -38,29 +39,38 @@ impl Batched for AcquireBatch {
 
 impl AcquireBatch {
     /// Releases a lock its caller left behind (an ownership-checked release: harmless if the lock
-    /// was not taken). Failures are left to the lock's TTL, and logged.
+    /// was not taken). A failed release is tried again, with backoff, until the lock would have
+    /// expired anyway (its TTL from now); then it is left to that TTL, and logged.
     fn release_left_behind(self: &Arc<Self>, item: LockCall) {
         let batch = self.clone();
         tokio::spawn(async move {
-            let released = batch
-                .node
-                .release_many(
-                    &[(item.lock, item.owner)],
-                    batch.fence_counter_ttl,
-                    HANDOFF_WINDOW,
-                )
-                .await;
-            if let Err(failure) = released {
-                tracing::warn!(
-                    target: "distlock::release",
-                    error = %failure.source,
-                    "a lock whose caller left before its batched acquire was answered could not \
-                     be released; it expires by its TTL"
-                );
+            let until = Instant::now() + item.ttl;
+            let mut backoff = Backoff::new(LEFT_BEHIND_RETRY_CAP);
+            let calls = [(item.lock, item.owner)];
+            loop {
+                let released = batch
+                    .node
+                    .release_many(&calls, batch.fence_counter_ttl, HANDOFF_WINDOW)
+                    .await;
+                let Err(failure) = released else { return };
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        target: "distlock::release",
+                        error = %failure.source,
+                        "a lock whose caller left before its batched acquire was answered could \
+                         not be released; it expires by its TTL"
+                    );
+                    return;
+                }
+                tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
             }
         });
     }
 }
+
+/// The longest pause between two tries of a release left behind.
+const LEFT_BEHIND_RETRY_CAP: Duration = Duration::from_secs(1);
 
 /// A batch of releases: conditional writes for first-try grants where the server has them,
 /// `release.lua` for the rest ([`Node::release_calls`]).
