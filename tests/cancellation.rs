@@ -573,3 +573,51 @@ async fn a_lost_acquire_is_released_after_an_outage_not_left_to_its_ttl() {
         "the lock was left to its TTL after the outage"
     );
 }
+
+/// A guard that outlives its runtime, which shut down with a renewal of its lease in flight:
+/// once another lock starts a watchdog on a new runtime, the lease is renewed again and stays
+/// held for three TTLs (the dropped renewal left no mark that hides it from the new task).
+#[test]
+fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog() {
+    let ttl = Duration::from_millis(1500);
+    let server = distlock_test_support::RedisServer::start();
+    let first = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (proxy, backend, guard) = first.block_on(async {
+        let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
+        let backend = Backend::builder(proxy.url())
+            .watchdog_timeout(ttl)
+            .build()
+            .unwrap();
+        let guard = Lock::new("kept").on(&backend).acquire().await.unwrap();
+        (proxy, backend, guard)
+    });
+    // The first renewal (a third of the TTL in) is held in flight; then the runtime goes.
+    proxy.blackhole(true);
+    let deadline = Instant::now() + ttl;
+    while proxy.requests_held() == 0 {
+        assert!(Instant::now() < deadline, "no renewal was sent");
+        std::thread::yield_now();
+    }
+    drop(first);
+    proxy.blackhole(false);
+    let second = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    second.block_on(async {
+        let other = Lock::new("other").on(&backend).acquire().await.unwrap();
+        // No event marks a lease not being renewed: outliving three TTLs is the point.
+        tokio::time::sleep(ttl * 3).await;
+        assert!(
+            guard.is_held(),
+            "the lease was never renewed after its runtime went: {:?}",
+            guard.check()
+        );
+        other.release().await.unwrap();
+        guard.release().await.unwrap();
+    });
+}

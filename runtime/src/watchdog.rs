@@ -153,8 +153,8 @@ struct BatchOutcome {
 /// # Cancel safety
 /// A spawned task, never dropped by a caller. Dropped by its runtime shutting down, it is
 /// marked dead (`AliveGuard`) and the next registration spawns another; the batches in flight
-/// go with it, and their leases stay marked as in flight, so no later task renews them (they
-/// run out at the end of their validity).
+/// go with it, and their leases' in-flight marks are cleared (`InFlightMarks`), so that task
+/// renews them.
 async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
     let mut in_flight = FuturesUnordered::new();
     let mut idle_since: Option<Instant> = None;
@@ -183,7 +183,12 @@ async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
             }
         };
         for batch in due.chunks(shared.renew_batch) {
-            in_flight.push(renew(shared.clone(), batch.to_vec()));
+            let marks = InFlightMarks {
+                shared: shared.clone(),
+                ids: batch.iter().map(|(id, _)| *id).collect(),
+                settled: false,
+            };
+            in_flight.push(renew(shared.clone(), batch.to_vec(), marks));
         }
         // Rescan when the timer fires, when a registration needs an earlier look, or when the
         // last batch of a round has answered — not after every batch: with thousands of leases a
@@ -257,13 +262,41 @@ fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Opt
     (ripe, wake_at)
 }
 
+/// The in-flight marks `scan` set on one renewal batch's leases. `apply` clears them with the
+/// batch's outcome; a batch dropped unfinished — its task dropped by a runtime shutting down,
+/// before or during the call — clears them here, or no later task would renew those leases.
+struct InFlightMarks {
+    shared: Arc<Shared>,
+    ids: Vec<LeaseId>,
+    settled: bool,
+}
+
+impl Drop for InFlightMarks {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        for id in &self.ids {
+            if let Some(entry) = table.entries.get_mut(id) {
+                entry.renewal_in_flight = false;
+            }
+        }
+    }
+}
+
 /// Renews one batch of leases in one engine call; the outcome is for `apply`.
 ///
 /// # Cancel safety
 /// Dropped only with the watchdog task (see `run`). A renewal already sent may still extend
 /// the leases on the server, as with a lost reply; a lease's validity counts only confirmed
-/// renewals, so it never relies on that extension.
-async fn renew(shared: Arc<Shared>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> BatchOutcome {
+/// renewals, so it never relies on that extension. The leases' in-flight marks are cleared by
+/// `marks` (even if this future never ran), so the next task renews them.
+async fn renew(
+    shared: Arc<Shared>,
+    batch: Vec<(LeaseId, Arc<HeldLease>)>,
+    mut marks: InFlightMarks,
+) -> BatchOutcome {
     let sent_at = Instant::now();
     let items: Vec<Renewal<'_>> = batch
         .iter()
@@ -294,6 +327,8 @@ async fn renew(shared: Arc<Shared>, batch: Vec<(LeaseId, Arc<HeldLease>)>) -> Ba
     }
     .instrument(span)
     .await;
+    // `apply` clears the marks with the outcome, in the same poll that takes it.
+    marks.settled = true;
     BatchOutcome {
         sent_at,
         ids: batch.iter().map(|(id, _)| *id).collect(),
