@@ -137,12 +137,15 @@ async fn listen_for_release(fx: &SingleRedis, key: &str) -> redis::aio::PubSub {
     watch_lock_writes(&fx.server, &SingleRedis::lock_key(key)).await
 }
 
-/// Released within 50 ms — far under the 300 ms TTL.
-async fn released_within_50ms(fx: &SingleRedis, mut writes: redis::aio::PubSub, key: &str) {
-    let limit = Duration::from_millis(50);
+/// Released, not left to expire: only a release leaves the marker `released_within` waits for
+/// (an expiry leaves no key, and a release after it finds nothing to mark). Waited for up to a
+/// second, past the 300 ms TTL, so that a loaded machine's slow background release passes and a
+/// lock left to its TTL fails.
+async fn released_not_expired(fx: &SingleRedis, mut writes: redis::aio::PubSub, key: &str) {
+    let limit = Duration::from_secs(1);
     assert!(
         released_within(&fx.server, &mut writes, &SingleRedis::lock_key(key), limit).await,
-        "{key} was not released within {limit:?} of the call's end"
+        "{key} was not released (left to expire?) within {limit:?} of the call's end"
     );
 }
 
@@ -165,11 +168,12 @@ async fn every_way_out_of_the_body_releases() {
     assert_eq!(leave("end").await.unwrap(), 0);
     assert_eq!(fx.pttl("exit:end").await, None);
 
-    // A panic and a cancellation release in the background, one round trip later.
+    // A panic and a cancellation release in the background (one round trip later, unless the
+    // machine is loaded), before the lock's TTL runs out.
     let listener = listen_for_release(&fx, "exit:panic").await;
     let panicked = tokio::spawn(leave("panic")).await.unwrap_err();
     assert!(panicked.is_panic());
-    released_within_50ms(&fx, listener, "exit:panic").await;
+    released_not_expired(&fx, listener, "exit:panic").await;
 
     let listener = listen_for_release(&fx, "exit:hang").await;
     let hanging = tokio::spawn(leave("hang"));
@@ -183,7 +187,7 @@ async fn every_way_out_of_the_body_releases() {
     }
     hanging.abort();
     assert!(hanging.await.unwrap_err().is_cancelled());
-    released_within_50ms(&fx, listener, "exit:hang").await;
+    released_not_expired(&fx, listener, "exit:hang").await;
     assert_eq!(distlock::__private::raw::watched_leases(backend), 0);
     // The server has run the release; its reply reaches the background task a moment later.
     let deadline = Instant::now() + Duration::from_secs(1);
