@@ -33,9 +33,14 @@ impl TestError {
     }
 }
 
-/// Starts a server and registers a backend for it under `name`.
+/// Starts a server and registers a backend for it under `name`, with 300 ms watchdog leases.
 fn serve(name: &'static str) -> SingleRedis {
-    let fx = SingleRedis::start(|b| b.watchdog_timeout(Duration::from_millis(300)));
+    serve_with_ttl(name, Duration::from_millis(300))
+}
+
+/// Starts a server and registers a backend for it under `name`, with watchdog leases of `ttl`.
+fn serve_with_ttl(name: &'static str, ttl: Duration) -> SingleRedis {
+    let fx = SingleRedis::start(|b| b.watchdog_timeout(ttl));
     Registry::global()
         .register(name, fx.backend().clone())
         .unwrap();
@@ -137,12 +142,15 @@ async fn listen_for_release(fx: &SingleRedis, key: &str) -> redis::aio::PubSub {
     watch_lock_writes(&fx.server, &SingleRedis::lock_key(key)).await
 }
 
+/// The `exits` backend's lease TTL: long enough that a loaded machine's watchdog does not lose a
+/// lease before the body leaves.
+const EXITS_TTL: Duration = Duration::from_secs(2);
+
 /// Released, not left to expire: only a release leaves the marker `released_within` waits for
-/// (an expiry leaves no key, and a release after it finds nothing to mark). Waited for up to a
-/// second, past the 300 ms TTL, so that a loaded machine's slow background release passes and a
-/// lock left to its TTL fails.
+/// (an expiry leaves no key, and a release after it finds nothing to mark). Waited for up to
+/// half the TTL, so that a slow background release passes and a lock left to expire fails.
 async fn released_not_expired(fx: &SingleRedis, mut writes: redis::aio::PubSub, key: &str) {
-    let limit = Duration::from_secs(1);
+    let limit = EXITS_TTL / 2;
     assert!(
         released_within(&fx.server, &mut writes, &SingleRedis::lock_key(key), limit).await,
         "{key} was not released (left to expire?) within {limit:?} of the call's end"
@@ -151,7 +159,7 @@ async fn released_not_expired(fx: &SingleRedis, mut writes: redis::aio::PubSub, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_out_of_the_body_releases() {
-    let fx = serve("exits");
+    let fx = serve_with_ttl("exits", EXITS_TTL);
     let backend = fx.backend();
     // `return`, `?` and the end of the body release before the call returns.
     assert_eq!(leave("return").await.unwrap(), 7);
