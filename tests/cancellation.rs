@@ -475,17 +475,8 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
         .enable_all()
         .build()
         .unwrap();
-    let (proxy, backend) = first.block_on(async {
-        let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
-        let backend = Backend::builder(proxy.url()).build().unwrap();
-        // Connected, scripts loaded: what follows is only the acquires under test.
-        Lock::new("warm-up")
-            .on(&backend)
-            .run(async {})
-            .await
-            .unwrap();
-        (proxy, backend)
-    });
+    // Connected, scripts loaded: what follows is only the acquires under test.
+    let (proxy, backend) = first.block_on(common::through_proxy(&server, |b| b));
     // Two acquires held in flight by the proxy, ten queued behind them for a batch.
     proxy.blackhole(true);
     for i in 0..12 {
@@ -497,18 +488,14 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
                 .await;
         });
         if i == 1 {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while proxy.requests_held() == 0 {
-                assert!(Instant::now() < deadline, "the acquires never left");
-                std::thread::yield_now();
-            }
+            spin_until(Duration::from_secs(5), "the acquires never left", || {
+                proxy.requests_held() > 0
+            });
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while raw::batched_calls(&backend) < 10 {
-        assert!(Instant::now() < deadline, "the acquires never queued");
-        std::thread::yield_now();
-    }
+    spin_until(Duration::from_secs(5), "the acquires never queued", || {
+        raw::batched_calls(&backend) >= 10
+    });
     drop(first);
     proxy.blackhole(false);
     let second = tokio::runtime::Builder::new_current_thread()
@@ -532,27 +519,22 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_acquire_is_released_after_an_outage_not_left_to_its_ttl() {
     let server = distlock_test_support::RedisServer::start();
-    let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
-    let backend = Backend::builder(proxy.url())
-        .max_backoff(Duration::from_millis(100))
-        .build()
-        .unwrap();
-    Lock::new("warm-up")
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
+    let (proxy, backend) =
+        common::through_proxy(&server, |b| b.max_backoff(Duration::from_millis(100))).await;
     // The open connection carries the acquire, whose reply is lost with the connection; every
     // new connection is refused until the outage ends.
     proxy.refuse(true);
     proxy.drop_next_reply();
     Lock::new("lost").on(&backend).acquire().await.unwrap_err();
-    let key = "distlock:{lost}";
+    let key = &SingleRedis::lock_key("lost");
     assert!(
         common::held_pttl(&server, key).is_some_and(|ttl| ttl > Duration::from_secs(20)),
         "the lost acquire took the lock for its TTL"
     );
-    let direct = Backend::builder(server.url()).build().unwrap();
+    let direct = Backend::builder(server.url())
+        .prefix(common::PREFIX)
+        .build()
+        .unwrap();
     let mut events = direct
         .events("lost", distlock::Notifications::Enable)
         .await
@@ -587,21 +569,13 @@ fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog()
         .build()
         .unwrap();
     let (proxy, backend, guard) = first.block_on(async {
-        let proxy = distlock_test_support::FaultProxy::start(server.addr()).await;
-        let backend = Backend::builder(proxy.url())
-            .watchdog_timeout(ttl)
-            .build()
-            .unwrap();
+        let (proxy, backend) = common::through_proxy(&server, |b| b.watchdog_timeout(ttl)).await;
         let guard = Lock::new("kept").on(&backend).acquire().await.unwrap();
         (proxy, backend, guard)
     });
     // The first renewal (a third of the TTL in) is held in flight; then the runtime goes.
     proxy.blackhole(true);
-    let deadline = Instant::now() + ttl;
-    while proxy.requests_held() == 0 {
-        assert!(Instant::now() < deadline, "no renewal was sent");
-        std::thread::yield_now();
-    }
+    spin_until(ttl, "no renewal was sent", || proxy.requests_held() > 0);
     drop(first);
     proxy.blackhole(false);
     let second = tokio::runtime::Builder::new_current_thread()
@@ -620,4 +594,14 @@ fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog()
         other.release().await.unwrap();
         guard.release().await.unwrap();
     });
+}
+
+/// Spins (yielding the thread) until `done`, failing with `never` after `limit`: for states no
+/// event announces, reached within microseconds to milliseconds.
+fn spin_until(limit: Duration, never: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{never}");
+        std::thread::yield_now();
+    }
 }
