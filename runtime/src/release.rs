@@ -20,13 +20,12 @@ use crate::lease::HeldLease;
 use crate::metrics;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
-use crate::wait::Backoff;
+use crate::wait::retry_until;
 use futures_util::FutureExt;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Instant;
 use tracing::Instrument;
 
 /// What a release found.
@@ -202,44 +201,47 @@ impl Abandoned {
             self.leases.pop_front();
             maybe_released = false;
             lease.pass_turn();
-            if released.is_err() {
+            if let Err(failure) = released {
                 let backend = self.backend.clone();
-                tokio::spawn(retry_until_expiry(backend, lease));
+                tokio::spawn(retry_until_expiry(backend, lease, failure));
             }
         }
     }
 }
 
-/// Tries again to release a lock whose release failed, after backoffs capped at `max_backoff`,
-/// until it succeeds or the lease would have expired anyway. A failed round trip may have run,
-/// so "gone" counts as released.
+/// Tries again to release a lock whose release failed (`failure`), after backoffs capped at
+/// `max_backoff`, until it succeeds or the lease would have expired anyway. A failed round trip
+/// may have run, so "gone" counts as released.
 ///
 /// # Cancel safety
 /// Runs as a spawned task, never dropped by a caller; dropped by its runtime shutting down, it
 /// stops trying (a release in flight may still run) and the lock expires by its TTL.
-async fn retry_until_expiry(backend: Backend, lease: Arc<HeldLease>) {
-    let mut backoff = Backoff::new(backend.inner.settings.max_backoff);
-    loop {
-        let left = lease
-            .valid_until()
-            .saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            tracing::warn!(
-                target: "distlock::release",
-                key = %lease.key,
-                "the release kept failing until the lease ran out; the lock expires by its TTL"
-            );
-            return;
-        }
-        tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
-        match release_one(&backend, &lease, true).await {
-            Ok(_) => return,
-            Err(err) => tracing::debug!(
-                target: "distlock::release",
-                error = %err,
-                "background release failed; trying again until the lease would have expired"
-            ),
-        }
+async fn retry_until_expiry(backend: Backend, lease: Arc<HeldLease>, failure: LockError) {
+    let cap = backend.inner.settings.max_backoff;
+    let released = retry_until(
+        || lease.valid_until(),
+        cap,
+        failure,
+        || async {
+            let released = release_one(&backend, &lease, true).await;
+            if let Err(err) = &released {
+                tracing::debug!(
+                    target: "distlock::release",
+                    error = %err,
+                    "background release failed; trying again until the lease would have expired"
+                );
+            }
+            released
+        },
+    )
+    .await;
+    if let Err(err) = released {
+        tracing::warn!(
+            target: "distlock::release",
+            key = %lease.key,
+            error = %err,
+            "the release kept failing until the lease ran out; the lock expires by its TTL"
+        );
     }
 }
 

@@ -2,7 +2,8 @@
 //! remaining wait budget and the holder's remaining TTL.
 
 use std::cell::Cell;
-use std::time::Duration;
+use std::future::Future;
+use std::time::{Duration, Instant};
 
 /// First backoff ceiling.
 const BASE: Duration = Duration::from_millis(1);
@@ -51,6 +52,38 @@ impl Backoff {
     }
 }
 
+/// After a failed try (`failure`): tries `attempt` again, after full-jitter backoffs capped at
+/// `cap`, until it succeeds or the moment `deadline()` names passes. For work whose failure has a
+/// natural end, such as a release tried until the lock would have expired anyway. The error is
+/// the last failure (`failure` itself if the deadline had passed already). The deadline is read
+/// before each pause, so one that moves (a lease's validity) is followed.
+///
+/// # Cancel safety
+/// Dropped during a pause, nothing more is tried; dropped during a try, that try's own cancel
+/// safety applies.
+pub(crate) async fn retry_until<T, E, Fut>(
+    deadline: impl Fn() -> Instant,
+    cap: Duration,
+    mut failure: E,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut backoff = Backoff::new(cap);
+    loop {
+        let left = deadline().saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(failure);
+        }
+        tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
+        match attempt().await {
+            Ok(done) => return Ok(done),
+            Err(again) => failure = again,
+        }
+    }
+}
+
 thread_local! {
     static RNG: Cell<u64> = Cell::new({
         let mut seed = [0u8; 8];
@@ -94,6 +127,60 @@ mod tests {
         assert!(
             backoff.next_delay(None, Some(Duration::from_millis(2))) <= Duration::from_millis(3)
         );
+    }
+
+    #[tokio::test]
+    async fn retry_until_stops_at_success_or_at_the_deadline() {
+        let cap = Duration::from_millis(10);
+        let mut tries = 0;
+        let third = retry_until(
+            || Instant::now() + Duration::from_secs(60),
+            cap,
+            0,
+            || {
+                tries += 1;
+                let this = tries;
+                async move {
+                    if this == 3 {
+                        Ok(this)
+                    } else {
+                        Err(this)
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(third, Ok(3), "a success ends the tries");
+
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let mut starts = Vec::new();
+        let last = retry_until(
+            || deadline,
+            cap,
+            0,
+            || {
+                starts.push(Instant::now());
+                let this = starts.len();
+                async move { Err::<(), _>(this) }
+            },
+        )
+        .await;
+        assert!(Instant::now() >= deadline, "gave up before the deadline");
+        let late = starts.iter().filter(|start| **start > deadline).count();
+        assert!(
+            late <= 1,
+            "{late} tries after the deadline: no pause may end past it"
+        );
+        assert_eq!(last, Err(starts.len()), "the last failure is returned");
+        assert!(
+            starts.len() >= 2,
+            "retried until the deadline: {}",
+            starts.len()
+        );
+
+        let passed = Instant::now();
+        let first = retry_until(|| passed, cap, 7, || async { Ok::<(), usize>(()) }).await;
+        assert_eq!(first, Err(7), "a deadline already passed tries nothing");
     }
 
     #[test]

@@ -13,6 +13,6 @@ mod backoff;
 mod gate;
 mod notify;
 
-pub(crate) use backoff::Backoff;
+pub(crate) use backoff::{retry_until, Backoff};
 pub(crate) use gate::{Gates, Turn};
 pub(crate) use notify::{Channels, OnIdleHook, ReleaseWatch};

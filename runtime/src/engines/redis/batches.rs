@@ -7,7 +7,7 @@ use super::group_commit::Batched;
 use super::node::{handoff_window, LockCall, Node, ReleaseCall, ReleaseReply, HANDOFF_WINDOW};
 use crate::engine::{Acquired, EngineResult};
 use crate::hooks::SharedHooks;
-use crate::wait::Backoff;
+use crate::wait::retry_until;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,25 +45,23 @@ impl AcquireBatch {
         let batch = self.clone();
         tokio::spawn(async move {
             let until = Instant::now() + item.ttl;
-            let mut backoff = Backoff::new(LEFT_BEHIND_RETRY_CAP);
             let calls = [(item.lock, item.owner)];
-            loop {
-                let released = batch
+            let release = || {
+                batch
                     .node
                     .release_many(&calls, batch.fence_counter_ttl, HANDOFF_WINDOW)
-                    .await;
-                let Err(failure) = released else { return };
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    tracing::warn!(
-                        target: "distlock::release",
-                        error = %failure.source,
-                        "a lock whose caller left before its batched acquire was answered could \
-                         not be released; it expires by its TTL"
-                    );
-                    return;
-                }
-                tokio::time::sleep(backoff.next_delay(Some(left), None)).await;
+            };
+            let Err(failure) = release().await else {
+                return;
+            };
+            let released = retry_until(|| until, LEFT_BEHIND_RETRY_CAP, failure, release).await;
+            if let Err(failure) = released {
+                tracing::warn!(
+                    target: "distlock::release",
+                    error = %failure.source,
+                    "a lock whose caller left before its batched acquire was answered could \
+                     not be released; it expires by its TTL"
+                );
             }
         });
     }
