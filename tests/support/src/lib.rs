@@ -20,6 +20,10 @@
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
 //!   `openssl` tool, for servers started with a TLS port.
+//! * [`wait_until`] waits for a condition on one or more servers, re-checking
+//!   it each time a server reports a command it executed (`MONITOR`) or,
+//!   with [`Wake::CommandsAndExpiries`], a key expiring (keyevent
+//!   notifications): never on a timer.
 //! * [`Reply`], [`frame_len`] and [`encode_command`] are a small RESP codec,
 //!   written by hand so that checking the `redis` crate's behaviour does not
 //!   depend on the `redis` crate.
@@ -32,7 +36,7 @@
 //! assert_eq!(server.command(&["GET", "k"]).as_str().as_deref(), Some("v"));
 //! ```
 //!
-//! Waiting is event-driven throughout (log lines, `waitpid`, channels);
+//! Waiting is event-driven throughout (log lines, `waitpid`, channels, `MONITOR`);
 //! every wait has a deadline and panics with the server log's tail when it
 //! passes, rather than hanging the test run.
 
@@ -40,6 +44,7 @@
 
 mod client;
 mod cluster;
+mod events;
 mod ports;
 mod process;
 mod proxy;
@@ -50,6 +55,7 @@ mod tls;
 
 pub use client::{command_at, pipeline_at};
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
+pub use events::{wait_until, Wake};
 pub use ports::{free_cluster_port, free_port};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
