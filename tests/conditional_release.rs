@@ -110,7 +110,7 @@ async fn a_lock_waited_on_is_released_by_the_script_which_wakes_the_waiter() {
         .await
         .unwrap();
     let waiter = common::spawn_waiter(&other, "waited", Duration::from_secs(10));
-    until_waited_on(fx.backend(), "waited").await;
+    until_waited_on(&fx, "waited").await;
     let published = command_calls(&fx.server, "publish");
     let (_, set_errors) = calls_and_errors(&fx.server, "set");
     assert_eq!(guard.release().await.unwrap(), Released::Released);

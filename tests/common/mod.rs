@@ -7,7 +7,9 @@ pub mod worker;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
-use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig};
+use distlock_test_support::{
+    wait_until, RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig, Wake,
+};
 use std::time::{Duration, Instant};
 
 /// A task that waits up to `wait` for `key` on `backend`, releases it at once, and returns when
@@ -27,21 +29,17 @@ pub fn spawn_waiter(
     })
 }
 
-/// Waits until `key` is marked as waited on on `backend`'s server (a writer registered its
-/// intent, or a waiter was turned away): inspect is the only window into the server's state.
-pub async fn until_waited_on(backend: &Backend, key: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let holder = backend.inspect(key).await.unwrap();
-        if holder.as_ref().is_some_and(|holder| holder.waited_on) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} never waited on: {holder:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Waits until `key` is marked as waited on on `fx`'s servers (a writer registered its intent,
+/// or a waiter was turned away): looked at (inspect is the only window into every kind's state)
+/// each time a server reports a command, such as the script that marks it.
+pub async fn until_waited_on<F: Fixture>(fx: &F, key: &str) {
+    let mut holder = None;
+    let waited_on = until(fx, Duration::from_secs(5), async || {
+        holder = fx.backend().inspect(key).await.unwrap();
+        holder.as_ref().is_some_and(|holder| holder.waited_on)
+    })
+    .await;
+    assert!(waited_on, "{key} never waited on: {holder:?}");
 }
 
 /// The backend failure inside `err`, which must be one and not ambiguous: the command surely
@@ -78,6 +76,34 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     ) -> impl std::future::Future<Output = Vec<String>> + Send;
     /// `"in-process"` or `"redis"`, for the figures tests print.
     fn kind(&self) -> &'static str;
+    /// The servers the locks live on (Sentinel: the primary; Cluster: the masters), whose
+    /// events wake [`until`]; none for the in-process backend.
+    fn servers(&self) -> Vec<&RedisServer>;
+}
+
+/// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
+/// a command or an expiry ([`wait_until`]), so `check` must read them with read-only commands
+/// only. The in-process backend reports nothing a test can wait on (that would take an event in
+/// the runtime): there `check` is re-run every 5 ms.
+pub async fn until<F: Fixture>(
+    fx: &F,
+    within: Duration,
+    mut check: impl AsyncFnMut() -> bool,
+) -> bool {
+    let servers = fx.servers();
+    if !servers.is_empty() {
+        return wait_until(&servers, Wake::CommandsAndExpiries, within, check).await;
+    }
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 pub struct InProcess {
@@ -129,6 +155,10 @@ impl Fixture for InProcess {
 
     fn kind(&self) -> &'static str {
         "in-process"
+    }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        Vec::new()
     }
 }
 
@@ -222,6 +252,10 @@ impl<K: ServerKind> Fixture for OneServer<K> {
 
     fn kind(&self) -> &'static str {
         K::NAME
+    }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        vec![&self.server]
     }
 }
 
@@ -317,6 +351,10 @@ impl Fixture for Redlock {
     fn kind(&self) -> &'static str {
         "redlock"
     }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        self.servers.iter().collect()
+    }
 }
 
 /// A primary with one replica and three sentinels; the backend finds the primary through the
@@ -373,6 +411,10 @@ impl Fixture for Sentinel {
 
     fn kind(&self) -> &'static str {
         "sentinel"
+    }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        vec![self.primary()]
     }
 }
 
@@ -449,6 +491,10 @@ impl Fixture for Cluster {
 
     fn kind(&self) -> &'static str {
         "cluster"
+    }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        self.cluster.masters()
     }
 }
 
@@ -563,8 +609,8 @@ fn channel_subscribers(server: &RedisServer, count: &str, key: &str) -> i64 {
     }
 }
 
-/// Waits (at most 5 s) until `key`'s channel has `n` subscribers on `server`. The server
-/// announces no subscription, so this asks every 5 ms.
+/// Waits (at most 5 s) until `key`'s channel has `n` subscribers on `server`, re-counting each
+/// time the server reports a command (a SUBSCRIBE, an UNSUBSCRIBE, …).
 pub async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
     until_channel_subscribers(server, "NUMSUB", key, n).await
 }
@@ -575,16 +621,15 @@ pub async fn until_shard_subscribers(server: &RedisServer, key: &str, n: i64) {
 }
 
 async fn until_channel_subscribers(server: &RedisServer, count: &str, key: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = channel_subscribers(server, count, key);
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key} has {now} subscribers (PUBSUB {count}), never {n}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let mut now = 0;
+    let reached = server
+        .wait_until(Duration::from_secs(5), async || {
+            now = channel_subscribers(server, count, key);
+            now == n
+        })
+        .await;
+    assert!(
+        reached,
+        "{key} has {now} subscribers (PUBSUB {count}), never {n}"
+    );
 }

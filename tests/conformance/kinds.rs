@@ -61,7 +61,7 @@ pub(crate) async fn a_waiting_writer_holds_new_readers_back<F: Fixture>() {
             (guard.fencing_token(), Instant::now(), guard)
         })
     };
-    until_waited_on(fx.backend(), &key).await;
+    until_waited_on(&fx, &key).await;
     let late = read(&key).on(&other).acquire().await.unwrap_err();
     assert!(
         late.is_busy(),
@@ -180,7 +180,7 @@ pub(crate) async fn a_semaphore_admits_exactly_its_permits<F: Fixture>() {
         })
     };
     if !slots {
-        until_waited_on(fx.backend(), &key).await;
+        until_waited_on(&fx, &key).await;
     }
     let freed = second.fencing_token();
     second.release().await.unwrap();
@@ -321,7 +321,7 @@ pub(crate) async fn a_slow_backoff_does_not_let_readers_past_a_waiting_writer<F:
                 .unwrap()
         })
     };
-    until_waited_on(fx.backend(), &key).await;
+    until_waited_on(&fx, &key).await;
     // No event marks an intent lapsing: waiting past its 500 ms is the point.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(400)).await;
