@@ -7,7 +7,7 @@ mod common;
 use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, Lease, Lock, LostReason, Released};
-use distlock_test_support::{RedisServer, Reply};
+use distlock_test_support::{wait_until, RedisServer, Reply, Wake};
 use std::time::{Duration, Instant};
 
 /// Creates user `name` with password `secret` and `rules`; the URL it logs in with.
@@ -57,11 +57,13 @@ async fn a_least_privilege_user_can_do_every_operation() {
     assert_eq!(seen.fencing_token, guard.fencing_token());
     // Wait on a notification.
     let waiting = spawn_waiter(&waiter, "k", Duration::from_secs(60));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while subscribers(&server, &format!("{PREFIX}:{{k}}:released")) != 1 {
-        assert!(Instant::now() < deadline, "the waiter could not subscribe");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let channel = format!("{PREFIX}:{{k}}:released");
+    let subscribed = server
+        .wait_until(Duration::from_secs(5), async || {
+            subscribers(&server, &channel) == 1
+        })
+        .await;
+    assert!(subscribed, "the waiter could not subscribe");
     tokio::time::sleep(ttl).await;
     assert!(guard.is_held());
     assert!(holder.stats().renewed >= 2, "{:?}", holder.stats());
@@ -90,9 +92,18 @@ async fn a_least_privilege_user_can_do_every_operation() {
         .await
         .expect("lost within its lease");
     assert_eq!(lost.lost_reason(), Some(LostReason::Expired));
-    while holder.inspect("fixed").await.unwrap().is_some() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Lost by the client's reckoning, which runs ahead of the server's: the key expires there.
+    let expired = wait_until(
+        &[&server],
+        Wake::CommandsAndExpiries,
+        Duration::from_secs(5),
+        async || holder.inspect("fixed").await.unwrap().is_none(),
+    )
+    .await;
+    assert!(
+        expired,
+        "the fixed lease's key outlived its lease on the server"
+    );
     assert_eq!(fixed.release().await.unwrap(), Released::Expired);
     let owner = raw::new_owner();
     assert!(raw::acquire(&holder, "raw", &owner, ttl)

@@ -185,14 +185,13 @@ async fn every_way_out_of_the_body_releases() {
 
     let listener = listen_for_release(&fx, "exit:hang").await;
     let hanging = tokio::spawn(leave("hang"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while backend.inspect("exit:hang").await.unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the hanging call never took its lock"
-        );
-        tokio::task::yield_now().await;
-    }
+    let taken = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            backend.inspect("exit:hang").await.unwrap().is_some()
+        })
+        .await;
+    assert!(taken, "the hanging call never took its lock");
     hanging.abort();
     assert!(hanging.await.unwrap_err().is_cancelled());
     released_not_expired(&fx, listener, "exit:hang").await;

@@ -9,7 +9,7 @@ mod common;
 use common::PREFIX;
 use distlock::__private::raw;
 use distlock::{Backend, Lease, Lock, LockError, Released};
-use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
+use distlock_test_support::{free_port, wait_until, FaultProxy, RedisServer, Reply, Wake};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -185,9 +185,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
                 .await
         })
     };
-    while raw::watched_channels(&waiter) == 0 {
-        tokio::task::yield_now().await;
-    }
+    common::until_subscribers(&server, "k1", 1).await;
     guard.release().await.unwrap();
     let handed = waiting.await.unwrap().unwrap();
     secrets.owner_of(&waiter, "k1").await;
@@ -207,9 +205,18 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
         .await
         .expect("the fixed lease is lost within its 150ms");
     shown.extend([format!("{lost:?}"), lost.to_string()]);
-    while holder.inspect("k2").await.unwrap().is_some() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Lost by the client's reckoning, which runs ahead of the server's: the key expires there.
+    let expired = wait_until(
+        &[&server],
+        Wake::CommandsAndExpiries,
+        Duration::from_secs(5),
+        async || holder.inspect("k2").await.unwrap().is_none(),
+    )
+    .await;
+    assert!(
+        expired,
+        "the fixed lease's key outlived its lease on the server"
+    );
     assert_eq!(fixed.release().await.unwrap(), Released::Expired);
 
     // A lease stolen on the server: the watchdog finds another owner.
