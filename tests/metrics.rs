@@ -11,10 +11,16 @@ mod common;
 use common::PREFIX;
 use distlock::{distributed_lock, Backend, Lease, Lock, LockError, LostReason, Registry};
 use distlock_test_support::RedisServer;
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The in-process backend's registry name.
 const METERED: &str = "metered";
@@ -129,21 +135,106 @@ fn sample(line: &str) -> Sample {
     }
 }
 
-/// Renders until `done` holds for the scrape, for at most five seconds.
-async fn scrape_until(handle: &PrometheusHandle, what: &str, done: impl Fn(&Scrape) -> bool) {
+/// Told of every update of every metric, by the recorder the test installs ([`Notifying`]).
+static RECORDED: Notify = Notify::const_new();
+
+/// The Prometheus recorder, telling [`RECORDED`] of every update after making it.
+struct Notifying<R>(R);
+
+impl<R: Recorder> Recorder for Notifying<R> {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_counter(key, unit, description)
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_gauge(key, unit, description)
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_histogram(key, unit, description)
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        Counter::from_arc(Arc::new(Notifying(self.0.register_counter(key, metadata))))
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(Arc::new(Notifying(self.0.register_gauge(key, metadata))))
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(Arc::new(Notifying(
+            self.0.register_histogram(key, metadata),
+        )))
+    }
+}
+
+impl CounterFn for Notifying<Counter> {
+    fn increment(&self, value: u64) {
+        self.0.increment(value);
+        RECORDED.notify_one();
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.absolute(value);
+        RECORDED.notify_one();
+    }
+}
+
+impl GaugeFn for Notifying<Gauge> {
+    fn increment(&self, value: f64) {
+        self.0.increment(value);
+        RECORDED.notify_one();
+    }
+
+    fn decrement(&self, value: f64) {
+        self.0.decrement(value);
+        RECORDED.notify_one();
+    }
+
+    fn set(&self, value: f64) {
+        self.0.set(value);
+        RECORDED.notify_one();
+    }
+}
+
+impl HistogramFn for Notifying<Histogram> {
+    fn record(&self, value: f64) {
+        self.0.record(value);
+        RECORDED.notify_one();
+    }
+}
+
+/// Waits up to five seconds until `done` holds: checked now, then after every metric update (an
+/// update made while it was checking leaves a permit, so none is missed). `false` if it never did.
+async fn until_recorded(mut done: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let scrape = Scrape::of(handle);
-        if done(&scrape) {
-            return;
+        if done() {
+            return true;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not seen within 5s; last scrape:\n{}",
-            scrape.text
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        if tokio::time::timeout_at(deadline, RECORDED.notified())
+            .await
+            .is_err()
+        {
+            return done();
+        }
     }
+}
+
+/// Renders until `done` holds for the scrape, for at most five seconds: again after every update.
+async fn scrape_until(handle: &PrometheusHandle, what: &str, done: impl Fn(&Scrape) -> bool) {
+    let mut scrape = Scrape::of(handle);
+    let seen = until_recorded(|| {
+        scrape = Scrape::of(handle);
+        done(&scrape)
+    })
+    .await;
+    assert!(
+        seen,
+        "{what}: not seen within 5s; last scrape:\n{}",
+        scrape.text
+    );
 }
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
@@ -154,11 +245,12 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
 
 #[test]
 fn a_known_workload_scrapes_to_exactly_its_counts() {
-    let handle = PrometheusBuilder::new()
+    let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &[0.001, 0.1, 10.0])
         .unwrap()
-        .install_recorder()
-        .expect("the only recorder of this binary");
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(Notifying(recorder)).expect("the only recorder of this binary");
     distlock::describe_metrics();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -410,12 +502,12 @@ async fn workload(handle: &PrometheusHandle, server: &RedisServer) {
         .await
         .unwrap();
     let redis = Registry::global().get(REDIS).unwrap();
-    within("two renewals", async {
-        while redis.stats().renewed < 2 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    // A renewal is counted in the stats, then in the metrics: each update wakes the check.
+    assert!(
+        until_recorded(|| redis.stats().renewed >= 2).await,
+        "two renewals: not within 5s: {:?}",
+        redis.stats()
+    );
     let key = format!("{PREFIX}:{{session:42}}");
     assert_eq!(
         server.command(&["DEL", &key]),
