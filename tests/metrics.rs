@@ -213,6 +213,10 @@ async fn until_recorded(mut done: impl FnMut() -> bool) -> bool {
         if done() {
             return true;
         }
+        // Updates may keep coming; the deadline holds all the same.
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         if tokio::time::timeout_at(deadline, RECORDED.notified())
             .await
             .is_err()

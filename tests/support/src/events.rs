@@ -120,6 +120,10 @@ pub async fn wait_until(
         if check().await {
             return true;
         }
+        // Events may keep coming; the deadline holds all the same.
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         let woken = poll_fn(|cx| wake_on_any(&mut streams, cx));
         match tokio::time::timeout_at(deadline, woken).await {
             Ok(true) => {}
