@@ -488,9 +488,10 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
                 .await;
         });
         if i == 1 {
-            spin_until(Duration::from_secs(5), "the acquires never left", || {
-                proxy.requests_held() > 0
-            });
+            assert!(
+                proxy.wait_requests_held(1, Duration::from_secs(5)),
+                "the acquires never left"
+            );
         }
     }
     spin_until(Duration::from_secs(5), "the acquires never queued", || {
@@ -575,7 +576,7 @@ fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog()
     });
     // The first renewal (a third of the TTL in) is held in flight; then the runtime goes.
     proxy.blackhole(true);
-    spin_until(ttl, "no renewal was sent", || proxy.requests_held() > 0);
+    assert!(proxy.wait_requests_held(1, ttl), "no renewal was sent");
     drop(first);
     proxy.blackhole(false);
     let second = tokio::runtime::Builder::new_current_thread()

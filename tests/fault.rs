@@ -81,14 +81,10 @@ async fn a_lost_release_request_is_retried_and_frees_the_key_at_once() {
     proxy.blackhole(true);
     let started = Instant::now();
     let release = tokio::spawn(guard.release());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while proxy.requests_held() == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the release request never reached the proxy"
-        );
-        tokio::task::yield_now().await;
-    }
+    assert!(
+        proxy.until_requests_held(1, Duration::from_secs(5)).await,
+        "the release request never reached the proxy"
+    );
     // The request dies with its connection (the retry, on a new one, is held again).
     proxy.reset_all();
     assert!(

@@ -246,6 +246,31 @@ impl FaultProxy {
         self.faults.requests_held()
     }
 
+    /// Waits until at least `n` client request chunks are held ([`FaultProxy::requests_held`]),
+    /// for at most `limit`: `false` if they never were. Woken by each change of the count, never
+    /// by a timer.
+    pub async fn until_requests_held(&self, n: usize, limit: Duration) -> bool {
+        let mut held = self.faults.watch_requests_held();
+        // The timer runs on the proxy's runtime, so the caller's runtime need not have its time
+        // driver enabled.
+        let waited = self.runtime.spawn(async move {
+            matches!(
+                tokio::time::timeout(limit, held.wait_for(|&count| count >= n)).await,
+                Ok(Ok(_))
+            )
+        });
+        waited.await.unwrap_or(false)
+    }
+
+    /// [`FaultProxy::until_requests_held`] for a caller outside any runtime: blocks the thread.
+    ///
+    /// # Panics
+    ///
+    /// When called from inside a runtime.
+    pub fn wait_requests_held(&self, n: usize, limit: Duration) -> bool {
+        self.runtime.block_on(self.until_requests_held(n, limit))
+    }
+
     /// Complete client commands forwarded to the server since the proxy
     /// started, e.g. to count round trips.
     pub fn commands_seen(&self) -> usize {

@@ -63,7 +63,7 @@ pub(super) struct Faults {
     commands: AtomicUsize,
     /// Client chunks read by the proxy and not yet written to the server (held by a delay or
     /// the blackhole).
-    requests_held: AtomicUsize,
+    requests_held: watch::Sender<usize>,
     connections: Mutex<Connections>,
     /// Signalled whenever a connection closes.
     connection_closed: Condvar,
@@ -105,7 +105,7 @@ impl Faults {
             armed: AtomicUsize::new(0),
             drops: watch::Sender::new(0),
             commands: AtomicUsize::new(0),
-            requests_held: AtomicUsize::new(0),
+            requests_held: watch::Sender::new(0),
             connections: Mutex::default(),
             connection_closed: Condvar::new(),
         }
@@ -179,17 +179,16 @@ impl Faults {
 
     /// A client chunk was read (`+1`) or written on to the server or lost (`-1`).
     pub(super) fn request_held(&self, delta: isize) {
-        if delta >= 0 {
-            self.requests_held
-                .fetch_add(delta as usize, Ordering::SeqCst);
-        } else {
-            self.requests_held
-                .fetch_sub(delta.unsigned_abs(), Ordering::SeqCst);
-        }
+        self.requests_held
+            .send_modify(|held| *held = held.saturating_add_signed(delta));
     }
 
     pub(super) fn requests_held(&self) -> usize {
-        self.requests_held.load(Ordering::SeqCst)
+        *self.requests_held.borrow()
+    }
+
+    pub(super) fn watch_requests_held(&self) -> watch::Receiver<usize> {
+        self.requests_held.subscribe()
     }
 
     pub(super) fn open_connection(self: &Arc<Self>) -> Ticket {
