@@ -494,9 +494,11 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
             );
         }
     }
-    spin_until(Duration::from_secs(5), "the acquires never queued", || {
-        raw::batched_calls(&backend) >= 10
-    });
+    assert!(
+        raw::wait_local(Duration::from_secs(5), || raw::batched_calls(&backend)
+            >= 10),
+        "the acquires never queued"
+    );
     drop(first);
     proxy.blackhole(false);
     let second = tokio::runtime::Builder::new_current_thread()
@@ -595,14 +597,4 @@ fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog()
         other.release().await.unwrap();
         guard.release().await.unwrap();
     });
-}
-
-/// Spins (yielding the thread) until `done`, failing with `never` after `limit`: for states no
-/// event announces, reached within microseconds to milliseconds.
-fn spin_until(limit: Duration, never: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "{never}");
-        std::thread::yield_now();
-    }
 }

@@ -65,16 +65,10 @@ async fn give_up_waiting(backend: &Backend, key: &str, budget: Duration) {
     assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up:?}");
 }
 
-/// Yields until `done` holds, for at most `limit`; `false` if it never did.
+/// Waits until `done` holds, for at most `limit`, checked after every change of the backends'
+/// local state; `false` if it never did.
 async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::task::yield_now().await;
-    }
-    true
+    raw::until_local(limit, done).await
 }
 
 /// A local handoff costs one round trip: the next local waiter takes its turn as soon as the
@@ -494,14 +488,10 @@ async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
         .map(|_| spawn_waiter(&waiters, "cancel", Duration::from_secs(60)))
         .collect();
     until_subscribers(&fx.server, "cancel", 1).await;
-    let deadline = Instant::now() + PROMPT;
-    while raw::local_waiters(&waiters) != 9 {
-        assert!(
-            Instant::now() < deadline,
-            "the other nine never queued locally"
-        );
-        tokio::task::yield_now().await;
-    }
+    assert!(
+        until(PROMPT, || raw::local_waiters(&waiters) == 9).await,
+        "the other nine never queued locally"
+    );
     for task in &tasks {
         task.abort();
     }
@@ -511,11 +501,10 @@ async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
     assert_eq!(raw::local_waiters(&waiters), 0, "queue entries left");
     // A contender cancelled with an acquire in flight hands its turn to the background release
     // of that acquire, which passes it on one round trip later.
-    let deadline = Instant::now() + PROMPT;
-    while raw::local_keys(&waiters) != 0 {
-        assert!(Instant::now() < deadline, "a turn left behind");
-        tokio::task::yield_now().await;
-    }
+    assert!(
+        until(PROMPT, || raw::local_keys(&waiters) == 0).await,
+        "a turn left behind"
+    );
     assert_eq!(
         raw::watched_channels(&waiters),
         0,
@@ -549,11 +538,10 @@ async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
                 .unwrap();
         }));
         // Arrival order is the order the tasks queue in.
-        let deadline = Instant::now() + PROMPT;
-        while raw::local_waiters(fx.backend()) != i + 1 {
-            assert!(Instant::now() < deadline);
-            tokio::task::yield_now().await;
-        }
+        assert!(
+            until(PROMPT, || raw::local_waiters(fx.backend()) == i + 1).await,
+            "task {i} never queued"
+        );
     }
     let before = fx.command_calls("evalsha");
     let busy_before = fx.backend().stats().busy_replies;

@@ -57,3 +57,86 @@ pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
 pub(crate) fn set(hooks: &SharedHooks, change: impl FnOnce(&mut TestHooks)) {
     change(&mut hooks.0.lock().unwrap_or_else(|e| e.into_inner()));
 }
+
+/// Marks a change of local state that tests wait on — a local queue or turn, a watched channel,
+/// a stats counter, a batched call: dropped, it wakes the waits of
+/// `__private::raw::until_local` and `wait_local`. Declared first in a function, it signals
+/// after the function's locks are released. Does nothing without `__test-hooks`.
+pub(crate) struct LocalChange;
+
+impl Drop for LocalChange {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(feature = "__test-hooks")]
+        local_changes::signal();
+    }
+}
+
+/// Signals a change of local state at once (see [`LocalChange`]).
+#[inline]
+pub(crate) fn local_changed() {
+    drop(LocalChange);
+}
+
+/// Waits on [`LocalChange`]s: a version counter for threads, a `Notify` for tasks. Process-wide:
+/// another test's changes only wake a wait early, which then checks again.
+#[cfg(feature = "__test-hooks")]
+pub(crate) mod local_changes {
+    use std::sync::{Condvar, Mutex, MutexGuard};
+    use std::time::{Duration, Instant};
+
+    static VERSION: Mutex<u64> = Mutex::new(0);
+    static CHANGED: Condvar = Condvar::new();
+    static NOTIFY: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+    fn version() -> MutexGuard<'static, u64> {
+        VERSION.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(super) fn signal() {
+        *version() += 1;
+        CHANGED.notify_all();
+        NOTIFY.notify_waiters();
+    }
+
+    /// Checks now and after every change, until `check` holds or `limit` passes.
+    ///
+    /// # Cancel safety
+    /// Holds nothing: dropped, it just stops checking.
+    pub(crate) async fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            // Enabled before the check: a change during the check is not missed.
+            let changed = std::pin::pin!(NOTIFY.notified());
+            let mut changed = changed;
+            changed.as_mut().enable();
+            if check() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return check();
+            }
+        }
+    }
+
+    /// [`until`] for a thread outside any runtime: blocks it.
+    pub(crate) fn wait(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            // Read before the check: a change during the check is not missed.
+            let seen = *version();
+            if check() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let guard = version();
+            let _ = CHANGED.wait_timeout_while(guard, left, |now| *now == seen);
+        }
+    }
+}

@@ -231,6 +231,20 @@ pub mod raw {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.handoff_window = window);
     }
 
+    /// Test hook: waits until `check` holds, for at most `limit`, checking now and after every
+    /// change of the local state the functions above report (local queues and turns, watched
+    /// channels, stats counters, batched calls) — never on a timer. `false` if it never held.
+    #[cfg(feature = "__test-hooks")]
+    pub async fn until_local(limit: Duration, check: impl FnMut() -> bool) -> bool {
+        crate::hooks::local_changes::until(limit, check).await
+    }
+
+    /// Test hook: [`until_local`] for a thread outside any runtime (it blocks the thread).
+    #[cfg(feature = "__test-hooks")]
+    pub fn wait_local(limit: Duration, check: impl FnMut() -> bool) -> bool {
+        crate::hooks::local_changes::wait(limit, check)
+    }
+
     /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release
     /// notification visibly waits (bounded by the holder's TTL and the wait budget).
     #[cfg(feature = "__test-hooks")]

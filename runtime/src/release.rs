@@ -159,6 +159,7 @@ pub(crate) fn release_in_background(
     stats
         .background_releases
         .fetch_add(leases.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    crate::hooks::local_changed();
     let rest = Abandoned { backend, leases };
     if rest.backend.inner.engine.answers_at_once() {
         // The in-process map: release here and now, runtime or not.

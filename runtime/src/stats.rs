@@ -35,6 +35,7 @@ pub(crate) struct Stats {
 impl Stats {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+        crate::hooks::local_changed();
     }
 
     pub(crate) fn record_wait(&self, waited: Duration) {
@@ -43,6 +44,7 @@ impl Stats {
             .position(|bound| waited <= *bound)
             .unwrap_or(7);
         self.wait[bucket].fetch_add(1, Relaxed);
+        crate::hooks::local_changed();
     }
 
     pub(crate) fn snapshot(&self) -> StatsSnapshot {

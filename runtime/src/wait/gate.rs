@@ -7,6 +7,7 @@
 //! subscription, so the next contender needs no new SUBSCRIBE.
 
 use super::ReleaseWatch;
+use crate::hooks::LocalChange;
 use crate::sparse::shrink_when_sparse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,7 @@ struct Ticket<'a> {
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
+        let _changed = LocalChange;
         let mut queues = self.gates.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(queue) = queues.get_mut(self.key) {
             queue.waiting.retain(|(id, _)| *id != self.id);
@@ -66,6 +68,7 @@ impl Gates {
         deadline: Option<Instant>,
     ) -> Option<Turn> {
         let (receiver, id) = {
+            let _changed = LocalChange;
             let mut queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
             match queues.get_mut(key) {
                 None => {
@@ -121,6 +124,7 @@ impl Drop for Turn {
         if self.passed {
             return;
         }
+        let _changed = LocalChange;
         let mut watch = self.watch.take();
         let mut queues = self.gates.queues.lock().unwrap_or_else(|e| e.into_inner());
         let Some(queue) = queues.get_mut(&self.key) else {

@@ -9,6 +9,7 @@
 //! several servers (Redlock) share one table over several links and need confirmations on
 //! enough of them to be told of any release.
 
+use crate::hooks::LocalChange;
 use crate::sparse::shrink_when_sparse;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -92,6 +93,7 @@ impl Channels {
         channel: &str,
         on_idle: Option<OnIdleHook>,
     ) -> ReleaseWatch {
+        let _changed = LocalChange;
         let mut state = self.lock();
         let entry = state
             .entries
@@ -160,6 +162,7 @@ impl Channels {
     }
 
     fn unregister(&self, channel: &str) -> bool {
+        let _changed = LocalChange;
         let mut state = self.lock();
         let Some(entry) = state.entries.get_mut(channel) else {
             return false;

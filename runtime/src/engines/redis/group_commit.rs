@@ -100,6 +100,7 @@ impl<B: Batched> GroupCommit<B> {
                 let (reply, answer) = oneshot::channel();
                 state.queue.push(Queued { item, reply });
                 self.queued.fetch_add(1, Ordering::Relaxed);
+                crate::hooks::local_changed();
                 Route::Queued(answer)
             }
         };
