@@ -197,8 +197,10 @@ async fn every_way_out_of_the_body_releases() {
     released_not_expired(&fx, listener, "exit:hang").await;
     assert_eq!(distlock::__private::raw::watched_leases(backend), 0);
     // The server has run the release; its reply reaches the background task a moment later.
-    distlock::__private::raw::until_local(Duration::from_secs(1), || backend.stats().released >= 5)
-        .await;
+    distlock::__private::raw::until_local(Duration::from_secs(1), async || {
+        backend.stats().released >= 5
+    })
+    .await;
     let stats = backend.stats();
     assert_eq!(
         (stats.released, stats.release_found_expired),

@@ -68,7 +68,7 @@ async fn give_up_waiting(backend: &Backend, key: &str, budget: Duration) {
 /// Waits until `done` holds, for at most `limit`, checked after every change of the backends'
 /// local state; `false` if it never did.
 async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
-    raw::until_local(limit, done).await
+    raw::until_local(limit, async || done()).await
 }
 
 /// A local handoff costs one round trip: the next local waiter takes its turn as soon as the

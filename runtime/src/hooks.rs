@@ -103,21 +103,21 @@ pub(crate) mod local_changes {
     ///
     /// # Cancel safety
     /// Holds nothing: dropped, it just stops checking.
-    pub(crate) async fn until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    pub(crate) async fn until(limit: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             // Enabled before the check: a change during the check is not missed.
             let changed = std::pin::pin!(NOTIFY.notified());
             let mut changed = changed;
             changed.as_mut().enable();
-            if check() {
+            if check().await {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return check();
+                return check().await;
             }
         }
     }

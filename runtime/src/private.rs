@@ -235,7 +235,7 @@ pub mod raw {
     /// change of the local state the functions above report (local queues and turns, watched
     /// channels, stats counters, batched calls) — never on a timer. `false` if it never held.
     #[cfg(feature = "__test-hooks")]
-    pub async fn until_local(limit: Duration, check: impl FnMut() -> bool) -> bool {
+    pub async fn until_local(limit: Duration, check: impl AsyncFnMut() -> bool) -> bool {
         crate::hooks::local_changes::until(limit, check).await
     }
 

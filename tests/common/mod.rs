@@ -83,27 +83,20 @@ pub trait Fixture: Sized + Send + Sync + 'static {
 
 /// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
 /// a command or an expiry ([`wait_until`]), so `check` must read them with read-only commands
-/// only. The in-process backend reports nothing a test can wait on (that would take an event in
-/// the runtime): there `check` is re-run every 5 ms.
+/// only. The in-process backend is in this process: there `check` is re-run at every change of
+/// local state the runtime's test hooks report (`raw::until_local`).
 pub async fn until<F: Fixture>(
     fx: &F,
     within: Duration,
-    mut check: impl AsyncFnMut() -> bool,
+    check: impl AsyncFnMut() -> bool,
 ) -> bool {
     let servers = fx.servers();
     if !servers.is_empty() {
         return wait_until(&servers, Wake::CommandsAndExpiries, within, check).await;
     }
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // In-process: every change of the backend's local state (a waiter's watch included) wakes
+    // the check.
+    distlock::__private::raw::until_local(within, check).await
 }
 
 pub struct InProcess {
