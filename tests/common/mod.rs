@@ -85,11 +85,7 @@ pub trait Fixture: Sized + Send + Sync + 'static {
 /// a command or an expiry ([`wait_until`]), so `check` must read them with read-only commands
 /// only. The in-process backend is in this process: there `check` is re-run at every change of
 /// local state the runtime's test hooks report (`raw::until_local`).
-pub async fn until<F: Fixture>(
-    fx: &F,
-    within: Duration,
-    check: impl AsyncFnMut() -> bool,
-) -> bool {
+pub async fn until<F: Fixture>(fx: &F, within: Duration, check: impl AsyncFnMut() -> bool) -> bool {
     let servers = fx.servers();
     if !servers.is_empty() {
         return wait_until(&servers, Wake::CommandsAndExpiries, within, check).await;
