@@ -27,15 +27,6 @@ fn denied(server: &RedisServer) -> Vec<Reply> {
     }
 }
 
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    server
-        .command(&["PUBSUB", "NUMSUB", channel])
-        .as_array()
-        .unwrap()[1]
-        .as_int()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_user_can_do_every_operation() {
     let server = RedisServer::start();
@@ -60,7 +51,7 @@ async fn a_least_privilege_user_can_do_every_operation() {
     let channel = format!("{PREFIX}:{{k}}:released");
     let subscribed = server
         .wait_until(Duration::from_secs(5), async || {
-            subscribers(&server, &channel) == 1
+            server.subscribers(&channel) == 1
         })
         .await;
     assert!(subscribed, "the waiter could not subscribe");

@@ -444,10 +444,7 @@ async fn dropping_lock_events_ends_their_subscription() {
     let server = distlock_test_support::RedisServer::start();
     let backend = Backend::builder(server.url()).build().unwrap();
     let channel = "__keyspace@0__:distlock:{followed}";
-    let subscribers = || {
-        let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
-        reply.as_array().and_then(|pair| pair[1].as_int()).unwrap()
-    };
+    let subscribers = || server.subscribers(channel);
     let events = backend
         .events("followed", distlock::Notifications::Enable)
         .await

@@ -107,8 +107,7 @@ pub(crate) mod local_changes {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             // Enabled before the check: a change during the check is not missed.
-            let changed = std::pin::pin!(NOTIFY.notified());
-            let mut changed = changed;
+            let mut changed = std::pin::pin!(NOTIFY.notified());
             changed.as_mut().enable();
             if check().await {
                 return true;

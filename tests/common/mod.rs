@@ -586,34 +586,40 @@ pub fn channel(key: &str) -> String {
 
 /// Subscribers of `key`'s release channel on `server` (`PUBSUB NUMSUB`).
 pub fn subscribers(server: &RedisServer, key: &str) -> i64 {
-    channel_subscribers(server, "NUMSUB", key)
-}
-
-/// Subscribers of `key`'s release channel on `server` counted by `PUBSUB <count>`: `NUMSUB`
-/// (classic) or `SHARDNUMSUB` (sharded, Redis Cluster).
-fn channel_subscribers(server: &RedisServer, count: &str, key: &str) -> i64 {
-    match server.command(&["PUBSUB", count, &channel(key)]) {
-        Reply::Array(Some(items)) => items[1].as_int().unwrap(),
-        other => panic!("PUBSUB {count}: {other:?}"),
-    }
+    server.subscribers(&channel(key))
 }
 
 /// Waits (at most 5 s) until `key`'s channel has `n` subscribers on `server`, re-counting each
 /// time the server reports a command (a SUBSCRIBE, an UNSUBSCRIBE, …).
 pub async fn until_subscribers(server: &RedisServer, key: &str, n: i64) {
-    until_channel_subscribers(server, "NUMSUB", key, n).await
+    until_channel_subscribers(server, "NUMSUB", RedisServer::subscribers, key, n).await
 }
 
 /// [`until_subscribers`] for sharded subscribers (`PUBSUB SHARDNUMSUB`, Redis Cluster).
 pub async fn until_shard_subscribers(server: &RedisServer, key: &str, n: i64) {
-    until_channel_subscribers(server, "SHARDNUMSUB", key, n).await
+    until_channel_subscribers(
+        server,
+        "SHARDNUMSUB",
+        RedisServer::shard_subscribers,
+        key,
+        n,
+    )
+    .await
 }
 
-async fn until_channel_subscribers(server: &RedisServer, count: &str, key: &str, n: i64) {
+/// `counter` counts a channel's subscribers on a server with `PUBSUB <count>`.
+async fn until_channel_subscribers(
+    server: &RedisServer,
+    count: &str,
+    counter: fn(&RedisServer, &str) -> i64,
+    key: &str,
+    n: i64,
+) {
+    let channel = channel(key);
     let mut now = 0;
     let reached = server
         .wait_until(Duration::from_secs(5), async || {
-            now = channel_subscribers(server, count, key);
+            now = counter(server, &channel);
             now == n
         })
         .await;

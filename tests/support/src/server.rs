@@ -383,6 +383,25 @@ impl RedisServer {
         })
     }
 
+    /// Subscribers of `channel` (`PUBSUB NUMSUB`).
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        self.channel_subscribers("NUMSUB", channel)
+    }
+
+    /// Sharded subscribers of `channel` (`PUBSUB SHARDNUMSUB`, Redis Cluster).
+    pub fn shard_subscribers(&self, channel: &str) -> i64 {
+        self.channel_subscribers("SHARDNUMSUB", channel)
+    }
+
+    fn channel_subscribers(&self, count: &str, channel: &str) -> i64 {
+        match self.command(&["PUBSUB", count, channel]) {
+            Reply::Array(Some(items)) if items.len() == 2 => items[1]
+                .as_int()
+                .unwrap_or_else(|| panic!("PUBSUB {count}: {items:?}")),
+            other => panic!("PUBSUB {count}: {other:?}"),
+        }
+    }
+
     /// Like [`RedisServer::command`] with a caller-chosen bound on the whole
     /// exchange, returning I/O errors instead of panicking, e.g. to observe
     /// that a paused server does not answer.

@@ -4,15 +4,6 @@ use std::time::{Duration, Instant};
 
 use distlock_test_support::{wait_until, RedisServer, Reply, Wake};
 
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    server
-        .command(&["PUBSUB", "NUMSUB", channel])
-        .as_array()
-        .unwrap()[1]
-        .as_int()
-        .unwrap()
-}
-
 /// A subscription made after the first check wakes the wait, which returns at once.
 #[tokio::test]
 async fn a_command_wakes_the_wait() {
@@ -24,7 +15,7 @@ async fn a_command_wakes_the_wait() {
         .wait_until(Duration::from_secs(5), async || {
             checks += 1;
             // Counted before the subscriber starts: the first check cannot see it.
-            let now = subscribers(&server, "news");
+            let now = server.subscribers("news");
             if subscriber.is_none() {
                 // The event comes after the first check: only it can end the wait in time.
                 let addr = server.addr();
@@ -59,7 +50,7 @@ async fn without_events_the_check_runs_only_at_the_start_and_the_end() {
         .wait_until(Duration::from_millis(300), async || {
             checks += 1;
             server.command(&["GET", "never"]);
-            subscribers(&server, "nobody") == 1
+            server.subscribers("nobody") == 1
         })
         .await;
     assert!(!seen);
