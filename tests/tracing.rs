@@ -9,7 +9,7 @@ mod common;
 use common::PREFIX;
 use distlock::__private::raw;
 use distlock::{Backend, Lease, Lock, LockError, Released};
-use distlock_test_support::{free_port, wait_until, FaultProxy, RedisServer, Reply, Wake};
+use distlock_test_support::{free_port, FaultProxy, RedisServer, Reply};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -206,17 +206,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
         .expect("the fixed lease is lost within its 150ms");
     shown.extend([format!("{lost:?}"), lost.to_string()]);
     // Lost by the client's reckoning, which runs ahead of the server's: the key expires there.
-    let expired = wait_until(
-        &[&server],
-        Wake::CommandsAndExpiries,
-        Duration::from_secs(5),
-        async || holder.inspect("k2").await.unwrap().is_none(),
-    )
-    .await;
-    assert!(
-        expired,
-        "the fixed lease's key outlived its lease on the server"
-    );
+    common::assert_expires_on_server(&server, &holder, "k2").await;
     assert_eq!(fixed.release().await.unwrap(), Released::Expired);
 
     // A lease stolen on the server: the watchdog finds another owner.

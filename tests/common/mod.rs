@@ -42,6 +42,22 @@ pub async fn until_waited_on<F: Fixture>(fx: &F, key: &str) {
     assert!(waited_on, "{key} never waited on: {holder:?}");
 }
 
+/// Waits (at most 5 s) until `key`, whose lease `backend` has lost by its own reckoning, has
+/// expired on `server` too, woken by the server's expiry event.
+pub async fn assert_expires_on_server(server: &RedisServer, backend: &Backend, key: &str) {
+    let expired = wait_until(
+        &[server],
+        Wake::CommandsAndExpiries,
+        Duration::from_secs(5),
+        async || backend.inspect(key).await.unwrap().is_none(),
+    )
+    .await;
+    assert!(
+        expired,
+        "the fixed lease's key outlived its lease on the server"
+    );
+}
+
 /// The backend failure inside `err`, which must be one and not ambiguous: the command surely
 /// did not run (a refused handshake, a refused permission).
 pub fn certain_backend_failure(err: &LockError) -> &distlock::BackendError {
