@@ -234,6 +234,10 @@ pub mod raw {
     /// Test hook: waits until `check` holds, for at most `limit`, checking now and after every
     /// change of the local state the functions above report (local queues and turns, watched
     /// channels, stats counters, batched calls) — never on a timer. `false` if it never held.
+    ///
+    /// # Cancel safety
+    /// Holds nothing between checks: dropped, it stops checking; a check dropped mid-way is the
+    /// caller's to answer for.
     #[cfg(feature = "__test-hooks")]
     pub async fn until_local(limit: Duration, check: impl AsyncFnMut() -> bool) -> bool {
         crate::hooks::local_changes::until(limit, check).await

@@ -97,6 +97,11 @@ pub enum Wake {
 /// events wake no one; a check that writes wakes itself, and would re-run as fast as the server
 /// answers.
 ///
+/// # Cancel safety
+///
+/// Dropped, it stops checking and closes its event connections; a check dropped mid-way is the
+/// caller's to answer for.
+///
 /// # Panics
 ///
 /// If a server does not accept the event connection (or the `MONITOR`, `CONFIG` or `PSUBSCRIBE`

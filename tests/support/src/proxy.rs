@@ -249,6 +249,9 @@ impl FaultProxy {
     /// Waits until at least `n` client request chunks are held ([`FaultProxy::requests_held`]),
     /// for at most `limit`: `false` if they never were. Woken by each change of the count, never
     /// by a timer.
+    ///
+    /// # Cancel safety
+    /// Dropped, the caller stops waiting; the watch on the proxy's runtime ends by `limit`.
     pub async fn until_requests_held(&self, n: usize, limit: Duration) -> bool {
         let mut held = self.faults.watch_requests_held();
         // The timer runs on the proxy's runtime, so the caller's runtime need not have its time
