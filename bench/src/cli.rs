@@ -21,7 +21,11 @@ WORKLOADS:
     sequential   1 task, acquire + release of distinct keys: cycles/s, p50/p99, ratio to the floor
     parallel     --tasks tasks on distinct keys: cycles/s, ratio to the server's rate at that concurrency
     contended    --contenders tasks on one key, and 2 processes x (contenders/2) tasks: critical
-                 sections/s, fairness, handoff and wait latency, Redis commands per acquired lock
+                 sections/s, fairness, handoff and wait latency, Redis commands per acquired lock;
+                 beside the libraries, the FIFO floor (`fifo-floor`): waiters queued on the
+                 server and the lock granted to the next one inside the release, by one message —
+                 no lease, fencing or ownership check, so no FIFO lock through the server hands
+                 over for less
     held         --leases leases held at once: renewal calls, Redis CPU and client CPU per period
     attribute    #[distributed_lock] against the programmatic API on the in-process backend, in ns
     redlock      Redlock over --masters servers of their own: distlock's Redlock engine beside
@@ -341,7 +345,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             .ok_or_else(|| format!("worker: `{flag}` needs a value"))?;
         match flag.as_str() {
             "--lib" => {
-                worker.lib = LibId::from_name(value)
+                worker.lib = LibId::for_worker(value)
                     .ok_or_else(|| format!("worker: unknown library `{value}`"))?
             }
             "--url" => worker.url = value.clone(),

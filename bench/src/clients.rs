@@ -2,6 +2,7 @@
 //! release it. Each is used through its documented API with its default settings; only the TTL
 //! is chosen here.
 
+use crate::fifo_floor::{FifoFloor, FloorHeld};
 use distlock::{Backend, Lease, Lock};
 use std::future::Future;
 use std::sync::Arc;
@@ -24,6 +25,9 @@ pub(crate) enum LibId {
     DistlockFixed,
     Rslock,
     Redlock,
+    /// Not a library: the least a FIFO handoff through the server costs ([`crate::fifo_floor`]),
+    /// run beside the libraries in the contended workloads only.
+    FifoFloor,
 }
 
 impl LibId {
@@ -40,11 +44,18 @@ impl LibId {
             LibId::DistlockFixed => "distlock-fixed",
             LibId::Rslock => "rslock",
             LibId::Redlock => "redlock",
+            LibId::FifoFloor => "fifo-floor",
         }
     }
 
+    /// A library `--libs` may name.
     pub(crate) fn from_name(name: &str) -> Option<LibId> {
         LibId::ALL.into_iter().find(|lib| lib.name() == name)
+    }
+
+    /// What a worker process may run: a library, or the FIFO floor.
+    pub(crate) fn for_worker(name: &str) -> Option<LibId> {
+        LibId::from_name(name).or((name == LibId::FifoFloor.name()).then_some(LibId::FifoFloor))
     }
 }
 
@@ -58,6 +69,7 @@ enum Inner {
     Distlock { backend: Backend, lease: Lease },
     Rslock(rslock::LockManager),
     Redlock(redlock::RedLock),
+    FifoFloor(Box<FifoFloor>),
 }
 
 /// A held lock of any library.
@@ -69,6 +81,7 @@ pub(crate) enum Held {
         resource: Vec<u8>,
         val: Vec<u8>,
     },
+    FifoFloor(FloorHeld),
 }
 
 impl Client {
@@ -90,6 +103,7 @@ impl Client {
             },
             LibId::Rslock => Inner::Rslock(rslock::LockManager::new(urls)),
             LibId::Redlock => Inner::Redlock(redlock::RedLock::new(urls)),
+            LibId::FifoFloor => Inner::FifoFloor(Box::new(FifoFloor::new(url)?)),
         };
         Ok(Client { lib, inner })
     }
@@ -146,6 +160,7 @@ impl Client {
                     }
                 }
             }
+            Inner::FifoFloor(floor) => floor.acquire(key).await.map(Held::FifoFloor),
         }
     }
 
@@ -169,6 +184,7 @@ impl Client {
                 });
                 Ok(())
             }
+            (Inner::FifoFloor(floor), Held::FifoFloor(held)) => floor.release(held).await,
             _ => Err("a lock released through another library's client".into()),
         }
     }

@@ -11,6 +11,7 @@
 mod calibrate;
 mod cli;
 mod clients;
+mod fifo_floor;
 mod floor;
 mod measure;
 mod plot;

@@ -70,6 +70,7 @@ fn colour(lib: &str) -> &'static str {
         "distlock-fixed" => "#79a8f5",
         "rslock" => "#d9822b",
         "redlock" => "#8f8f8f",
+        "fifo-floor" => "#2da44e",
         _ => "#444444",
     }
 }

@@ -63,6 +63,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     ));
 
     let mut subjects = Vec::new();
+    let mut fifo_floor = None;
     let mut script_only = BTreeMap::new();
     for &lib in &config.libs {
         let client = Arc::new(Client::connect(lib, &server.url())?);
@@ -73,6 +74,19 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
         subjects.push(Subject {
             client,
             uncontended,
+            contended,
+        });
+    }
+
+    // The FIFO floor (not a library: `fifo_floor`), run beside the libraries in the contended
+    // workloads only.
+    if config.workloads.contains(&Workload::Contended) {
+        let client = Arc::new(Client::connect(LibId::FifoFloor, &server.url())?);
+        client.warm_up("calibration").await?;
+        let contended = calibrate(&server, &client, Shape::Contended).await?;
+        fifo_floor = Some(Subject {
+            client,
+            uncontended: Origins::default(),
             contended,
         });
     }
@@ -107,6 +121,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     uncontended_slices(config, &server, &subjects, &floor, config.tasks, rep).await
                 }
                 Workload::Contended => {
+                    let subjects: Vec<&Subject> = subjects.iter().chain(&fifo_floor).collect();
                     contended_slices(config, &server, &subjects, rep, &mut measured).await;
                     Vec::new()
                 }
@@ -119,8 +134,9 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                                 held::distlock(&server, config.leases, config.lease_ttl, periods)
                                     .await
                             }
-                            // A fixed lease is never renewed: nothing to measure.
-                            LibId::DistlockFixed => continue,
+                            // A fixed lease is never renewed: nothing to measure. The FIFO
+                            // floor is never among `config.libs`.
+                            LibId::DistlockFixed | LibId::FifoFloor => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -244,7 +260,7 @@ async fn uncontended_slices(
 async fn contended_slices(
     config: &Config,
     server: &RedisServer,
-    subjects: &[Subject],
+    subjects: &[&Subject],
     rep: usize,
     measured: &mut Measured,
 ) {

@@ -64,6 +64,17 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         );
     }
     assert!(json["results"]["held"]["redlock"]["na"].is_string());
+    // The FIFO floor runs beside the libraries in the contended workloads, and is a lock: no two
+    // of its holders ever overlap.
+    for section in &SECTIONS[2..4] {
+        let floor = &json["results"][section]["fifo-floor"];
+        assert!(
+            floor["critical_sections"].as_f64().is_some_and(|n| n > 0.0),
+            "{section}: the FIFO floor has no result: {floor}"
+        );
+        assert_eq!(floor["violations"], 0.0, "{section}: {floor}");
+    }
+    assert!(json["results"]["sequential"]["fifo-floor"].is_null());
     assert!(
         json["targets"].as_array().is_some_and(|t| !t.is_empty()),
         "no targets in {json}"
