@@ -74,6 +74,7 @@ enum Failure {
 struct Subscribed {
     pubsub: redis::aio::PubSub,
     server: String,
+    channel: String,
 }
 
 /// `subscribe_now` within the connect timeout and three response timeouts; no answer in time
@@ -162,11 +163,13 @@ async fn subscribe_now(
     }
     let db = client.get_connection_info().redis_settings().db();
     let mut pubsub = client.get_async_pubsub().await.map_err(classify)?;
-    pubsub
-        .subscribe(format!("__keyspace@{db}__:{lock}"))
-        .await
-        .map_err(classify)?;
-    Ok(Subscribed { pubsub, server })
+    let channel = format!("__keyspace@{db}__:{lock}");
+    pubsub.subscribe(&channel).await.map_err(classify)?;
+    Ok(Subscribed {
+        pubsub,
+        server,
+        channel,
+    })
 }
 
 /// The flags `current` lacks, in the order `NEEDED_FLAGS` lists them (`A` stands for every
@@ -183,8 +186,8 @@ fn missing_flags(current: &str) -> String {
 ///
 /// # Cancel safety
 /// A spawned task, never dropped by a caller: it ends once nobody listens (`events` closed),
-/// at the latest after the subscription attempt under way, and its connection and
-/// subscription end with it.
+/// at the latest after the subscription attempt under way (or the `UNSUBSCRIBE` it then sends,
+/// within the response timeout), and its connection and subscription end with it.
 async fn forward(
     source: ClientSource,
     lock: String,
@@ -195,12 +198,26 @@ async fn forward(
 ) {
     let mut delay = Duration::from_millis(50);
     loop {
-        if let Some(Subscribed { mut pubsub, server }) = subscribed.take() {
+        if let Some(Subscribed {
+            mut pubsub,
+            server,
+            channel,
+        }) = subscribed.take()
+        {
             delay = Duration::from_millis(50);
             let mut messages = pubsub.on_message();
             loop {
                 tokio::select! {
-                    () = events.closed() => return,
+                    () = events.closed() => {
+                        drop(messages);
+                        // Said, not left to the connection's close: the subscription ends at
+                        // once even where the close reaches the server late, and the server
+                        // shows it (an `UNSUBSCRIBE`). A server that does not answer within
+                        // the response timeout gets the close instead.
+                        let unsubscribe = pubsub.unsubscribe(&channel);
+                        let _ = tokio::time::timeout(timeouts.response, unsubscribe).await;
+                        return;
+                    }
                     message = messages.next() => match message {
                         Some(message) => {
                             let event = message.get_payload::<String>().unwrap_or_default();
