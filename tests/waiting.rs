@@ -462,7 +462,14 @@ async fn budgets_end_in_busy_on_time<F: Fixture>() {
     );
     assert_eq!(stats.busy, 8);
     assert_eq!(raw::local_waiters(&callers), 0);
-    assert_eq!(raw::local_keys(&callers), 0);
+    // On Redis the contender was the lock's next waiter: it gives that place up in the
+    // background, holding its local turn until the server has it.
+    let drained = raw::until_local(Duration::from_secs(5), async || {
+        raw::local_keys(&callers) == 0
+    })
+    .await;
+    assert!(drained, "{} local keys", raw::local_keys(&callers));
+    assert!(callers.stats().background_releases <= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

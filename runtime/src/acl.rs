@@ -38,6 +38,7 @@ fn common_rules(prefix: &str) -> String {
     format!(
         "resetkeys ~{prefix}:* resetchannels &{prefix}:* -@all \
          +evalsha +eval +subscribe +unsubscribe +ping \
-         +get +set +setrange +pexpire +pttl +time +wait"
+         +get +set +setrange +pexpire +pttl +time +wait +del \
+         +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore"
     )
 }

@@ -141,8 +141,13 @@ impl Request<'_> {
                 Ok(Acquired::Busy {
                     ttl: holder_ttl,
                     reserved,
+                    next,
                 }) => {
                     Stats::bump(&inner.stats.busy_replies);
+                    if let Some(grant) = next {
+                        // The lock's next waiter: its release hands it over to this attempt.
+                        attempt.next = Some((sent_at, grant));
+                    }
                     asker = Asker::Waiting;
                     failed_in_a_row = 0;
                     let remaining = self.remaining();
@@ -166,6 +171,9 @@ impl Request<'_> {
                             .watch(&attempt.key)
                             .await
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
+                        // Expected from now on: a handover that comes while the next request
+                        // is in flight is not missed.
+                        watch.expect_handover(attempt.owner.as_str());
                         *attempt.watch_slot() = Some(watch);
                         subscribed_since_last_wait = true;
                         // A reserved lock is not re-checked now: that would take it from the
@@ -193,10 +201,20 @@ impl Request<'_> {
                         LockKind::Exclusive => delay.min(WRITER_RETRY),
                         _ => delay,
                     };
+                    let owner = attempt.owner.clone();
                     let watch = attempt.watch_slot().as_mut().expect("subscribed above");
+                    watch.expect_handover(owner.as_str());
                     tokio::select! {
                         () = watch.released() => {}
                         () = tokio::time::sleep(delay) => {}
+                    }
+                    if let Some(fence) = watch.take_handover(owner.as_str()) {
+                        if let Some(lease) = attempt.take_handover(self, fence) {
+                            Stats::bump(&inner.stats.acquired);
+                            Stats::bump(&inner.stats.handed_over);
+                            return Ok(lease);
+                        }
+                        // Too late to rely on: asking again confirms it (the lock is ours).
                     }
                 }
                 Err(failure) => {
@@ -232,6 +250,10 @@ impl Request<'_> {
     }
 }
 
+/// A handover is taken as it comes only with at least this much of its grant time left: enough
+/// for the watchdog's confirmation to come back before it runs out.
+const HANDOVER_MARGIN: Duration = Duration::from_millis(50);
+
 /// What waiting needs, made on the first wait: an uncontended acquire never reads the test hooks.
 fn start_waiting(inner: &BackendInner) -> (Backoff, TestHooks) {
     let hooks = hooks::read(&inner.hooks);
@@ -258,6 +280,10 @@ struct Attempt<'a> {
     /// A reply was lost: that request may have taken the lock (sticky: a request on a broken
     /// connection can still run after a later reply said "busy").
     reply_lost: bool,
+    /// The server made this attempt the lock's next waiter: the send time of the last request
+    /// it said so to, and how long a handover is held before it is confirmed (sticky: the
+    /// server may hand the lock over at any moment until it is told otherwise).
+    next: Option<(Instant, Duration)>,
     waiting_gauge: Waiting<'a>,
     kind: LockKind,
     /// The TTL each acquire request asks for.
@@ -291,6 +317,7 @@ impl<'a> Attempt<'a> {
             ttl: request.terms.ttl,
             in_flight: false,
             reply_lost: false,
+            next: None,
             waiting_gauge,
         }
     }
@@ -319,15 +346,48 @@ impl<'a> Attempt<'a> {
         }
         // Disarmed: the lease releases from now on.
         self.reply_lost = false;
+        self.next = None;
         Arc::new(lease)
+    }
+
+    /// The previous holder's release handed the lock over to this attempt, with `fence`: a
+    /// lease valid for the handover's grant time from the last request that made this attempt
+    /// the next waiter (the handover came after the server answered it), which the watchdog
+    /// confirms at once. `None` when that leaves too little to rely on (the caller then asks
+    /// for the lock again, which confirms it the ordinary way).
+    fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
+        let (since, grant) = self.next?;
+        let valid_for = crate::policy::valid_for(grant, request.terms.drift_factor);
+        if Instant::now() + HANDOVER_MARGIN >= since + valid_for {
+            return None;
+        }
+        let mut lease = HeldLease::new(
+            self.backend.inner.stats.clone(),
+            self.labels.clone(),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+            fence,
+            &request.terms,
+            since,
+        );
+        lease.handed_over(since, grant, request.terms.drift_factor);
+        if let Some(turn) = self.turn.take() {
+            lease.keep_turn(turn);
+        }
+        // Disarmed: the lease releases from now on.
+        self.reply_lost = false;
+        self.next = None;
+        Some(Arc::new(lease))
     }
 }
 
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if !(self.in_flight || self.reply_lost) {
+        if !(self.in_flight || self.reply_lost || self.next.is_some()) {
             return; // Nothing may be held (or a lease owns it): the turn passes on as it drops.
         }
+        // The release (`release.lua`) also ends this attempt's place as the lock's next waiter,
+        // or releases the lock if it was handed over meanwhile.
         let lease = HeldLease::unconfirmed(
             self.backend.inner.stats.clone(),
             self.labels.clone(),

@@ -23,6 +23,10 @@ pub(crate) enum Acquired {
         /// Not held, but left for `ttl` to the waiters a release notified (the caller was not
         /// one of them).
         reserved: bool,
+        /// The caller is the lock's next waiter: the holder's release hands the lock over to it
+        /// (a grant on its [`ReleaseWatch`]), held for this long from some instant after this
+        /// request was sent, until the new owner confirms it. `None`: an ordinary busy reply.
+        next: Option<Duration>,
     },
     /// Granted by the primary, but fewer replicas than wanted acknowledged it within the
     /// timeout, so the engine released it again (a failover could have handed it to someone

@@ -9,7 +9,7 @@ use crate::policy::valid_for;
 use crate::stats::Stats;
 use crate::wait::Turn;
 use once_cell::sync::Lazy;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -66,6 +66,9 @@ pub(crate) struct HeldLease {
     /// ([`GrantedAs::Quietly`]).
     pub(crate) first_try: bool,
     valid_until: AtomicU64,
+    /// Handed over by the previous holder's release, held on the server for a short grant time
+    /// until the watchdog's first renewal confirms it (then cleared).
+    confirming: AtomicBool,
     lost: watch::Sender<Option<LostReason>>,
     /// The process-local turn for the key: other local waiters stay queued while we hold it.
     /// Given up on release, and as soon as the lease is lost — the key is no longer ours to keep.
@@ -97,6 +100,7 @@ impl HeldLease {
             renew_until: terms.max_hold.map(|hold| requested_at + hold),
             first_try: false,
             valid_until: AtomicU64::new(to_nanos(requested_at + valid_for)),
+            confirming: AtomicBool::new(false),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
         }
@@ -131,6 +135,25 @@ impl HeldLease {
             .store(to_nanos(now + requested_ttl), Ordering::Release);
         *lease.turn.lock().unwrap_or_else(|e| e.into_inner()) = turn;
         lease
+    }
+
+    /// A lease handed over by the previous holder's release: the server holds it for `grant`
+    /// from some instant after `since` (the send time of the last request that made this caller
+    /// the next waiter), so that is all it is valid for until the watchdog confirms it — at once,
+    /// whether or not the lease is renewed later.
+    pub(crate) fn handed_over(&mut self, since: Instant, grant: Duration, drift_factor: f64) {
+        *self.valid_until.get_mut() = to_nanos(since + valid_for(grant, drift_factor));
+        *self.confirming.get_mut() = true;
+    }
+
+    /// Handed over and not yet confirmed by a renewal.
+    pub(crate) fn confirming(&self) -> bool {
+        self.confirming.load(Ordering::Acquire)
+    }
+
+    /// A renewal confirmed the handover: the lease is the caller's own TTL from now on.
+    pub(crate) fn confirmed(&self) {
+        self.confirming.store(false, Ordering::Release);
     }
 
     /// What the release can know of the value the lock was granted as.

@@ -40,6 +40,15 @@ pub enum OnLost {
 /// up.
 pub(crate) const MAX_FAILED_ATTEMPTS: u32 = 3;
 
+/// How long a lock handed over to its next waiter (`release.lua`) is held on the server before
+/// the waiter confirms it; also how long a next waiter stays recorded without asking again. A
+/// waiter asks at least every `max_backoff` while it waits, so three of those keep it recorded
+/// (and leave it at least two thirds of the grant when the handover comes); never below 300 ms.
+/// A waiter that died while recorded holds the place (or the handed-over lock) this long.
+pub(crate) fn handover_grant(max_backoff: Duration) -> Duration {
+    (max_backoff * 3).max(Duration::from_millis(300))
+}
+
 /// How long a lease granted (or renewed) for `ttl` may be trusted after its request was sent:
 /// the TTL less the drift margin — clock-rate differences between this process and the
 /// server(s) (`drift_factor` of the TTL, 1% by default) plus 2 ms of scheduling slack, as in

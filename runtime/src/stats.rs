@@ -20,6 +20,7 @@ pub(crate) struct Stats {
     pub(crate) acquired: AtomicU64,
     pub(crate) busy: AtomicU64,
     pub(crate) busy_replies: AtomicU64,
+    pub(crate) handed_over: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) renewal_calls: AtomicU64,
     pub(crate) renewed: AtomicU64,
@@ -52,6 +53,7 @@ impl Stats {
             acquired: self.acquired.load(Relaxed),
             busy: self.busy.load(Relaxed),
             busy_replies: self.busy_replies.load(Relaxed),
+            handed_over: self.handed_over.load(Relaxed),
             lost: self.lost.load(Relaxed),
             renewal_calls: self.renewal_calls.load(Relaxed),
             renewed: self.renewed.load(Relaxed),
@@ -77,6 +79,10 @@ pub struct StatsSnapshot {
     /// Acquire attempts the lock server answered with "held by another owner" (the contention
     /// the server saw; local waiters queued behind this process's own contender are not counted).
     pub busy_replies: u64,
+    /// Locks acquired by a handover: the previous holder's release granted the lock to this
+    /// backend's waiting call directly, in one message, instead of announcing a release it then
+    /// asked for (counted in `acquired` too).
+    pub handed_over: u64,
     /// Leases lost while held.
     pub lost: u64,
     /// Renewal script calls (each renews a batch of leases).

@@ -83,8 +83,12 @@ impl Watchdog {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.next_id += 1;
         let id = LeaseId(table.next_id);
-        let next_renewal = Instant::now() + lease.ttl / 3;
-        let first_deadline = if lease.renewing {
+        // A handed-over lease is confirmed (renewed to its TTL) at once.
+        let next_renewal = match lease.confirming() {
+            true => Instant::now(),
+            false => Instant::now() + lease.ttl / 3,
+        };
+        let first_deadline = if lease.renewing || lease.confirming() {
             next_renewal.min(lease.valid_until())
         } else {
             lease.valid_until()
@@ -239,7 +243,8 @@ fn scan(table: &mut Table, now: Instant) -> (Vec<(LeaseId, Arc<HeldLease>)>, Opt
             continue;
         }
         wake(valid_until);
-        let may_renew = lease.renewing && lease.renew_until.is_none_or(|until| now < until);
+        let may_renew = lease.confirming()
+            || (lease.renewing && lease.renew_until.is_none_or(|until| now < until));
         if !may_renew || entry.renewal_in_flight {
             continue;
         }
@@ -351,6 +356,7 @@ fn apply(shared: &Shared, outcome: BatchOutcome) -> Option<Instant> {
         match outcome.answers.as_ref().and_then(|answers| answers[i]) {
             Some(Ownership::Ours) => {
                 lease.renewed(outcome.sent_at);
+                lease.confirmed();
                 Stats::bump(&shared.stats.renewed);
                 metrics::renewed(&lease.labels);
                 entry.next_renewal = outcome.sent_at + lease.ttl / 3;

@@ -68,14 +68,15 @@ pub fn parse(value: &str) -> Cell {
                 .and_then(|(token, _)| token.parse().ok())
                 .expect("`<token> <until>`"),
         },
-        "L" | "W" => {
+        // `H`: waited on by the lock's next waiter alone; `W`: by others too.
+        "L" | "W" | "H" => {
             let (token, owner) = rest.split_once(' ').expect("`<token> <owner>`");
             let (owner, label) = owner.split_once(' ').unwrap_or((owner, ""));
             Cell::Held {
                 token: token.parse().expect("a numeric token"),
                 owner: owner.to_owned(),
                 label: label.to_owned(),
-                waited: state == "W",
+                waited: state != "L",
             }
         }
         _ => panic!("not a lock value: {value:?}"),

@@ -527,6 +527,7 @@ impl BackendBuilder {
                     timeouts: self.timeouts,
                     hooks: hooks.clone(),
                     holder_label: &holder_label,
+                    handover_grant: crate::policy::handover_grant(self.max_backoff),
                 })?),
                 "cluster",
             ),
@@ -548,6 +549,7 @@ impl BackendBuilder {
                     hooks: hooks.clone(),
                     replica_ack,
                     holder_label: &holder_label,
+                    handover_grant: crate::policy::handover_grant(self.max_backoff),
                 })?),
                 if scheme == "redis-sentinel" {
                     "sentinel"

@@ -125,6 +125,7 @@ impl InProcessEngine {
                 }
                 return Ok(Acquired::Busy {
                     reserved: false,
+                    next: None,
                     ttl: Some(entry.expires_at - now),
                 });
             }
@@ -163,6 +164,7 @@ impl InProcessEngine {
                         Asker::Once => Acquired::Busy {
                             ttl: None,
                             reserved: false,
+                            next: None,
                         },
                         _ => shared.writer_waits(now),
                     });

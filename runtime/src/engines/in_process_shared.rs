@@ -59,6 +59,7 @@ impl Shared {
         Acquired::Busy {
             ttl: self.longest(now),
             reserved: false,
+            next: None,
         }
     }
 
@@ -90,6 +91,7 @@ impl Shared {
                 return Ok(Entered::Busy(Acquired::Busy {
                     ttl: self.writer_until.map(|until| until - now),
                     reserved: false,
+                    next: None,
                 }));
             }
             if let LockKind::Permits(permits) = kind {
@@ -99,6 +101,7 @@ impl Shared {
                     return Ok(Entered::Busy(Acquired::Busy {
                         ttl: first.map(|expiry| expiry - now),
                         reserved: false,
+                        next: None,
                     }));
                 }
             }

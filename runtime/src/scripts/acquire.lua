@@ -4,8 +4,10 @@
 -- KEYS[i]    lock key i. Its value is one string, so a lock costs one key and one SET:
 --              "L<fence> <owner>[ <label>]"  held (the label says who holds it, for operators:
 --                                            `hostname:pid` by default; never the owner)
+--              "H<fence> <owner>[ <label>]"  held, and its next waiter (below) was told it is
+--                                            busy, nobody else: release hands it over
 --              "W<fence> <owner>[ <label>]"  held, and someone was told it is busy (release will
---                                            publish)
+--                                            publish, or hand it over and publish)
 --              "F<fence>"             free: the last token issued, kept by release for the
 --                                     counter TTL
 --              "P<fence> <until_us>"  free, and the waiters the release notified have it first
@@ -17,23 +19,34 @@
 --              "V<fence> <until_us>"  the same, freed by the last reader for the writer that
 --                                     waits: no reader may take it meanwhile (writers first),
 --                                     and the writer holds it as "W" (readers wait behind it)
+--
+-- KEYS[i]:next  the next waiter of a held exclusive lock, "<grant ms> <owner>[ <label>]", for
+--               as long as that waiter keeps asking (PX grant ms): the holder's release hands
+--               the lock over to it directly (release.lua), in one message
+--
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
 --            write-back round trip
 -- ARGV[2]    the holder label written with every lock ("" for none; no line breaks)
--- ARGV[3i]   owner token of key i (new for every acquisition; no spaces)
--- ARGV[3i+1] lease TTL of key i in milliseconds
--- ARGV[3i+2] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
+-- ARGV[3]    how long a handed-over lock is held before its new owner confirms it, in
+--            milliseconds, which is also how long a next waiter stays recorded without asking
+--            again; "0": never record a next waiter (Redlock: masters would record different
+--            ones; replica acknowledgement: a grant inside a release is never acknowledged)
+-- ARGV[3i+1] owner token of key i (new for every acquisition; no spaces)
+-- ARGV[3i+2] lease TTL of key i in milliseconds
+-- ARGV[3i+3] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
 --            waited on), "1" the first try of a caller that waits when it is busy, "2" a caller
 --            told it is busy before (a waiter, notified or backing off), which has the lock
 --            first while a release's "P" marker lasts
 --
 -- Returns a flat array, two elements per key:
 --   1, fence    acquired (or already ours: an idempotent retry refreshes the TTL and returns the
---               token issued the first time)
+--               token issued the first time — which is how a handed-over lock is confirmed)
 --   0, pttl     held by another owner, which keeps it for pttl more milliseconds; the lock is
 --               marked as waited on (unless the caller tries once), so its release announces
 --               itself
+--   4, pttl     the same, and the caller is the lock's next waiter (KEYS[i]:next): the release
+--               hands the lock to it
 --   3, left     free, but left to the waiters a release notified for `left` more milliseconds
 --               (the caller is not one of them: it waits that long, or for a notification)
 --  -2, 0        the key holds a value distlock did not write (another program uses the name)
@@ -54,6 +67,7 @@
 local step = tonumber(ARGV[1])
 local WRITER_INTENT_MS = 500
 local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
+local handoff_ms = tonumber(ARGV[3])
 -- The owner token: after the first space, up to the next one (the holder label follows it).
 local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
@@ -84,7 +98,7 @@ local function clock_digits()
 end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, ttl, asker = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
+  local owner, ttl, asker = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
   local value = redis.call('GET', key)
   local last = 0
   local held_as = 'L'
@@ -129,16 +143,45 @@ for i, key in ipairs(KEYS) do
           code, answer = 3, left_ms
         end
       end
-    elseif (state ~= 'L' and state ~= 'W') or not space then
+    elseif (state ~= 'L' and state ~= 'W' and state ~= 'H') or not space then
       code, answer = -2, 0
     elseif owner_at(value, space) == owner then
       redis.call('PEXPIRE', key, ttl)
       code, answer = 1, tonumber(string.sub(value, 2, space - 1))
     else
-      if state == 'L' and asker ~= '0' then
+      code, answer = 0, redis.call('PTTL', key)
+      if handoff_ms > 0 and asker ~= '0' then
+        -- The first waiter to ask becomes the next one, and stays so while it keeps asking.
+        local next_key = key .. ':next'
+        local waiter = redis.call('GET', next_key)
+        local grant_ms = math.min(handoff_ms, tonumber(ttl))
+        if not waiter then
+          redis.call('SET', next_key, grant_ms .. ' ' .. owner .. label, 'PX', grant_ms)
+          code = 4
+        elseif owner_at(waiter, string.find(waiter, ' ', 1, true)) == owner then
+          redis.call('PEXPIRE', next_key, grant_ms)
+          code = 4
+        end
+      end
+      -- Marked as waited on: by its next waiter alone ("H": release hands it over, and the
+      -- new holder's release publishes nothing unless someone else asked meanwhile), or by
+      -- anyone else ("W": release publishes).
+      if code == 4 then
+        if state == 'L' then
+          redis.call('SETRANGE', key, 0, 'H')
+        end
+      elseif state ~= 'W' and asker ~= '0' then
         redis.call('SETRANGE', key, 0, 'W')
       end
-      code, answer = 0, redis.call('PTTL', key)
+    end
+  end
+  if not code and asker == '2' and handoff_ms > 0 then
+    -- A next waiter that takes the lock by asking (it was free: expired, or released to
+    -- notified waiters) is no longer waiting.
+    local next_key = key .. ':next'
+    local waiter = redis.call('GET', next_key)
+    if waiter and owner_at(waiter, string.find(waiter, ' ', 1, true)) == owner then
+      redis.call('DEL', next_key)
     end
   end
   if not code then

@@ -34,7 +34,7 @@ if string.sub(ARGV[1], 1, 1) == '~' then
   end
   return 1
 end
-if state ~= 'L' and state ~= 'W' then
+if state ~= 'L' and state ~= 'W' and state ~= 'H' then
   return 0
 end
 local space = string.find(value, ' ', 2, true)

@@ -39,11 +39,11 @@ if state == 'R' or state == 'S' or state == 'M' or state == 'N' then
     label, (state == 'S' or state == 'N') and 1 or 0, waiting, count}
 end
 local space = string.find(value, ' ', 2, true)
-if (state ~= 'L' and state ~= 'W') or not space then
+if (state ~= 'L' and state ~= 'W' and state ~= 'H') or not space then
   return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' holds a value distlock did not write')
 end
 local stop = string.find(value, ' ', space + 1, true)
 local owner = string.sub(value, space + 1, (stop or 0) - 1)
 local label = stop and string.sub(value, stop + 1) or ''
 return {owner, tonumber(string.sub(value, 2, space - 1)), redis.call('PTTL', KEYS[1]), label,
-  state == 'W' and 1 or 0, waiting}
+  (state == 'W' or state == 'H') and 1 or 0, waiting}

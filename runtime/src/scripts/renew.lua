@@ -31,7 +31,7 @@ for i, key in ipairs(KEYS) do
     local member = string.sub(owner, 2)
     local expiry = redis.call('ZSCORE', holders, member)
     local ttl = tonumber(ARGV[2 * i])
-    if state == 'L' or state == 'W' then
+    if state == 'L' or state == 'W' or state == 'H' then
       -- A writer holds the key now: this reader's lease is gone, and someone else has it.
       result[i] = -1
     elseif expiry and tonumber(expiry) > clock_ms() and string.find('RSMN', state or '-', 1, true) then
@@ -44,7 +44,7 @@ for i, key in ipairs(KEYS) do
     else
       result[i] = 0
     end
-  elseif state ~= 'L' and state ~= 'W' then
+  elseif state ~= 'L' and state ~= 'W' and state ~= 'H' then
     result[i] = 0
   else
     local space = string.find(value, ' ', 2, true)

@@ -44,11 +44,11 @@ if value then
     return {-2, 0}
   end
 end
-if state == 'L' or state == 'W' then
+if state == 'L' or state == 'W' or state == 'H' then
   if kind == 'M' then
     return {-3, 0}
   end
-  if state == 'L' and asker ~= '0' then
+  if state ~= 'W' and asker ~= '0' then
     redis.call('SETRANGE', KEYS[1], 0, 'W')
   end
   return {0, redis.call('PTTL', KEYS[1])}

@@ -27,7 +27,7 @@ if state == 'R' or state == 'S' or state == 'M' or state == 'N' then
   return {'', fence, pttl, '', (state == 'S' or state == 'N') and 1 or 0, -1, count}
 end
 local space = string.find(value, ' ', 2, true)
-if (state ~= 'L' and state ~= 'W') or not space then
+if (state ~= 'L' and state ~= 'W' and state ~= 'H') or not space then
   return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' holds a value distlock did not write')
 end
 local stop = string.find(value, ' ', space + 1, true)
@@ -44,4 +44,4 @@ local pttl = redis.call('PTTL', KEYS[1])
 redis.call('SET', KEYS[1], 'F' .. string.format('%.0f', fence + 1), 'PX', ARGV[1])
 -- Every waiter is told, whether or not the lock was marked as waited on.
 redis.pcall(ARGV[2], channel, KEYS[1])
-return {owner, fence, pttl, label, state == 'W' and 1 or 0, waiting}
+return {owner, fence, pttl, label, (state == 'W' or state == 'H') and 1 or 0, waiting}

@@ -35,6 +35,9 @@ struct Entry {
     watchers: usize,
     /// The links on which the server confirmed the subscription (dead ones are pruned).
     confirmed_on: Vec<u64>,
+    /// The owner token of this process's waiter that may be handed the lock (the key's turn
+    /// holder), and the fencing token of the handover once it came.
+    handover: Option<(String, Option<u64>)>,
 }
 
 /// Called with a channel's name when its last watcher leaves.
@@ -102,6 +105,7 @@ impl Channels {
                 generation: watch::Sender::new(0),
                 watchers: 0,
                 confirmed_on: Vec::new(),
+                handover: None,
             });
         entry.watchers += 1;
         ReleaseWatch {
@@ -117,6 +121,31 @@ impl Channels {
         let state = self.lock();
         if let Some(entry) = state.entries.get(channel) {
             entry.generation.send_modify(|generation| *generation += 1);
+        }
+    }
+
+    /// A message on `channel`: a handover (`G<fence> <owner>`, `release.lua`) wakes only the
+    /// waiter it names, if it is this process's; anything else announces a release.
+    pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
+        match parse_handover(payload) {
+            Some((fence, owner)) => self.hand_over(channel, owner, fence),
+            None => self.notify(channel),
+        }
+    }
+
+    /// The lock of `channel` was handed over to `owner` with `fence`.
+    fn hand_over(&self, channel: &str, owner: &str, fence: u64) {
+        let mut state = self.lock();
+        let Some(entry) = state.entries.get_mut(channel) else {
+            return;
+        };
+        match &mut entry.handover {
+            Some((expected, handed)) if expected == owner => {
+                *handed = Some(fence);
+                entry.generation.send_modify(|generation| *generation += 1);
+            }
+            // Another process's waiter: nothing changed for this one's.
+            _ => {}
         }
     }
 
@@ -181,7 +210,40 @@ impl Channels {
     }
 }
 
+/// `G<fence> <owner>`: the fencing token and the owner of a handover.
+fn parse_handover(payload: &[u8]) -> Option<(u64, &str)> {
+    let text = std::str::from_utf8(payload.strip_prefix(b"G")?).ok()?;
+    let (fence, owner) = text.split_once(' ')?;
+    Some((fence.parse().ok()?, owner))
+}
+
 impl ReleaseWatch {
+    /// This process's waiter for the key is now `owner` (the turn's holder): a handover to it
+    /// wakes this watch, and [`take_handover`](Self::take_handover) returns its token.
+    pub(crate) fn expect_handover(&self, owner: &str) {
+        let mut state = self.channels.lock();
+        if let Some(entry) = state.entries.get_mut(&self.channel) {
+            if entry
+                .handover
+                .as_ref()
+                .is_none_or(|(expected, _)| expected != owner)
+            {
+                entry.handover = Some((owner.to_owned(), None));
+            }
+        }
+    }
+
+    /// The fencing token of a handover to `owner` that came since it was expected, taken (a
+    /// second call returns `None`).
+    pub(crate) fn take_handover(&self, owner: &str) -> Option<u64> {
+        let mut state = self.channels.lock();
+        let entry = state.entries.get_mut(&self.channel)?;
+        match &mut entry.handover {
+            Some((expected, handed)) if expected == owner => handed.take(),
+            _ => None,
+        }
+    }
+
     /// Resolves at the next release announced after registration (or after the previous call).
     ///
     /// # Cancel safety
@@ -215,5 +277,49 @@ impl Drop for ReleaseWatch {
                 on_idle(std::mem::take(&mut self.channel));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn handover_messages_name_a_token_and_an_owner() {
+        assert_eq!(parse_handover(b"G17 0a1b"), Some((17, "0a1b")));
+        // A release announcement is the lock key itself, never a handover.
+        assert_eq!(parse_handover(b"t:{k}"), None);
+        assert_eq!(parse_handover(b"G 0a1b"), None);
+        assert_eq!(parse_handover(b"G17"), None);
+        assert_eq!(parse_handover(b"Gx 0a1b"), None);
+    }
+
+    /// A handover wakes only the waiter it names, once; an announcement wakes every waiter.
+    #[test]
+    fn a_handover_wakes_only_its_waiter() {
+        let channels = Arc::new(Channels::in_process());
+        let mut watch = channels.register("c", None);
+        watch.expect_handover("mine");
+
+        channels.deliver("c", b"G5 theirs");
+        assert!(
+            watch.released().now_or_never().is_none(),
+            "woken for another waiter"
+        );
+        assert_eq!(watch.take_handover("mine"), None);
+
+        channels.deliver("c", b"G6 mine");
+        assert!(watch.released().now_or_never().is_some());
+        assert_eq!(watch.take_handover("mine"), Some(6));
+        assert_eq!(watch.take_handover("mine"), None, "taken twice");
+
+        channels.deliver("c", b"c");
+        assert!(watch.released().now_or_never().is_some());
+        assert_eq!(watch.take_handover("mine"), None);
+        // Expecting another owner (the turn moved on) forgets the previous one's.
+        channels.deliver("c", b"G7 mine");
+        watch.expect_handover("next");
+        assert_eq!(watch.take_handover("next"), None);
     }
 }

@@ -48,6 +48,9 @@ pub(crate) struct ClusterConfig<'a> {
     pub(crate) hooks: SharedHooks,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
+    /// How long a lock handed over to its next waiter is held until confirmed
+    /// ([`handover_grant`](crate::policy::handover_grant)).
+    pub(crate) handover_grant: Duration,
 }
 
 pub(crate) struct ClusterEngine {
@@ -98,7 +101,9 @@ impl ClusterEngine {
             LockError::invalid_config("url", format!("the cluster client refused it: {err}"))
         })?;
         let node = Arc::new(
-            Node::cluster(client, config.timeouts, config.prefix).with_label(config.holder_label),
+            Node::cluster(client, config.timeouts, config.prefix)
+                .with_label(config.holder_label)
+                .with_handoff(config.handover_grant),
         );
         Ok(ClusterEngine {
             subscriber: ShardedSubscriber::new(

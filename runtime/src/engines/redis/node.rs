@@ -90,6 +90,10 @@ pub(crate) struct Node {
     prefix: String,
     timeouts: Timeouts,
     replica_ack: Option<ReplicaAck>,
+    /// How long a lock handed over to its next waiter is held before the waiter confirms it
+    /// (`acquire.lua`'s `:next`); `None`: no next waiter is recorded (Redlock; replica
+    /// acknowledgement, which a grant inside a release would skip).
+    handoff: Option<Duration>,
     /// How a release announces itself: `PUBLISH`, or `SPUBLISH` (sharded, Redis Cluster).
     publish: &'static str,
     /// The holder label written with every lock (empty: none).
@@ -206,6 +210,7 @@ impl Node {
             prefix: prefix.to_owned(),
             timeouts,
             replica_ack: None,
+            handoff: None,
             publish,
             label: Vec::new(),
             contended: ContendedKeys::default(),
@@ -237,6 +242,13 @@ impl Node {
     /// Grants and renewals wait for `ack` replicas (`None`: they do not wait).
     pub(crate) fn with_replica_ack(mut self, ack: Option<ReplicaAck>) -> Node {
         self.replica_ack = ack;
+        self
+    }
+
+    /// A waited-on lock's release hands it over to its next waiter, held for `grant` until the
+    /// waiter confirms it — unless grants wait for replicas, which a handover would not.
+    pub(crate) fn with_handoff(mut self, grant: Duration) -> Node {
+        self.handoff = Some(grant).filter(|_| self.replica_ack.is_none());
         self
     }
 
@@ -553,9 +565,11 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
         let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(2 + 3 * items.len());
+        let handoff = self.handoff.map_or_else(|| b"0".to_vec(), millis);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 3 * items.len());
         args.push(step.as_bytes());
         args.push(&self.label);
+        args.push(&handoff);
         for (item, ttl) in items.iter().zip(&ttls) {
             args.push(item.owner.as_bytes());
             args.push(ttl);
@@ -577,10 +591,22 @@ impl Node {
                 [0, pttl] => Ok(Acquired::Busy {
                     ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
                     reserved: false,
+                    next: None,
+                }),
+                [4, pttl] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    reserved: false,
+                    // As the script computes it: the smaller of the two, in whole milliseconds.
+                    next: self.handoff.map(|grant| {
+                        let grant_ms = grant.as_millis().max(1);
+                        let ttl_ms = item.ttl.as_millis().max(1);
+                        Duration::from_millis(grant_ms.min(ttl_ms) as u64)
+                    }),
                 }),
                 [3, left] => Ok(Acquired::Busy {
                     ttl: u64::try_from(left).ok().map(Duration::from_millis),
                     reserved: true,
+                    next: None,
                 }),
                 [-2, _] => Err(EngineFailure {
                     ambiguous: false,
@@ -918,10 +944,12 @@ impl Node {
                 fence: fence as u64,
             },
             [0, ms] => Acquired::Busy {
+                next: None,
                 ttl: u64::try_from(ms).ok().map(Duration::from_millis),
                 reserved: false,
             },
             [3, ms] => Acquired::Busy {
+                next: None,
                 ttl: u64::try_from(ms).ok().map(Duration::from_millis),
                 reserved: true,
             },
@@ -1157,6 +1185,8 @@ impl Node {
             vec!["GET", &lock],
             vec!["SET", &lock, "v", "PX", "1"],
             vec!["SETRANGE", &lock, "0", "W"],
+            vec!["DEL", &lock],
+            vec!["ZADD", &lock, "1", "m"],
             vec!["PEXPIRE", &lock, "1"],
             vec!["PTTL", &lock],
             vec!["TIME"],
@@ -1330,7 +1360,8 @@ fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
 
 fn ownership(code: i64) -> Ownership {
     match code {
-        1 => Ownership::Ours,
+        // 3: released and handed over to the next waiter (`release.lua`).
+        1 | 3 => Ownership::Ours,
         -1 => Ownership::Foreign,
         _ => Ownership::Gone,
     }

@@ -229,7 +229,7 @@ impl Subscriber {
         let reader = tokio::spawn(async move {
             let _end = end;
             while let Some(message) = stream.next().await {
-                channels.notify(message.get_channel_name());
+                channels.deliver(message.get_channel_name(), message.get_payload_bytes());
             }
         });
         links.current = Some(Link {

@@ -202,7 +202,11 @@ impl Pushes {
         match push.kind {
             PushKind::SMessage => {
                 if let Some(channel) = push.data.first().and_then(channel_name) {
-                    self.channels.notify(&channel);
+                    let payload = match push.data.get(1) {
+                        Some(redis::Value::BulkString(bytes)) => bytes.as_slice(),
+                        _ => &[],
+                    };
+                    self.channels.deliver(&channel, payload);
                 }
             }
             // A node dropped a subscription a waiter still needs (its slot moved, its master was

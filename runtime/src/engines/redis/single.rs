@@ -39,6 +39,9 @@ pub(crate) struct RedisConfig<'a> {
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
+    /// How long a lock handed over to its next waiter is held until confirmed
+    /// ([`handover_grant`](crate::policy::handover_grant)).
+    pub(crate) handover_grant: Duration,
 }
 
 pub(crate) struct RedisEngine {
@@ -66,7 +69,8 @@ impl RedisEngine {
         };
         let node = Arc::new(
             node.with_replica_ack(config.replica_ack)
-                .with_label(config.holder_label),
+                .with_label(config.holder_label)
+                .with_handoff(config.handover_grant),
         );
         let subscriber = Subscriber::new(
             node.clone(),

@@ -459,6 +459,7 @@ impl RedlockEngine {
                     Attempt::Busy(ttl) => Ok(Acquired::Busy {
                         ttl,
                         reserved: false,
+                        next: None,
                     }),
                     Attempt::Failed(failure) => Err(failure),
                     Attempt::Granted { .. } => unreachable!("matched above"),

@@ -65,6 +65,7 @@ impl RedlockEngine {
         Ok(Acquired::Busy {
             ttl: soonest,
             reserved: false,
+            next: None,
         })
     }
 

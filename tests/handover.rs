@@ -1,0 +1,311 @@
+//! Handovers against real Redis: a waited-on lock's release grants it to the lock's next waiter
+//! in the same script, and the waiter runs from that one message — no acquire after the
+//! release. Two backends on one server stand for two processes. The next waiter's place and a
+//! handed-over lock each last a short grant time (`policy::handover_grant`, 300 ms by default)
+//! unless confirmed, so a waiter that left or vanished costs at most that.
+
+mod common;
+
+use common::{Fixture, SingleRedis, PREFIX};
+use distlock::__private::raw;
+use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, Released};
+use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use std::time::{Duration, Instant};
+
+/// A lease far longer than anything here: only a handover's grant time can end one early.
+const LONG: Duration = Duration::from_secs(10);
+
+fn next_key(key: &str) -> String {
+    format!("{PREFIX}:{{{key}}}:next")
+}
+
+/// The server's record of `key`'s next waiter, if any.
+fn next_waiter(server: &RedisServer, key: &str) -> Option<String> {
+    match server.command(&["GET", &next_key(key)]) {
+        Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => None,
+    }
+}
+
+/// Waits (at most 5 s) until the server names a next waiter of `key` whose record ends with
+/// `label`, or names none when `label` is `None`.
+async fn until_next_waiter(server: &RedisServer, key: &str, label: Option<&str>) {
+    let mut seen = None;
+    let reached = server
+        .wait_until(Duration::from_secs(5), async || {
+            seen = next_waiter(server, key);
+            match label {
+                Some(label) => seen.as_deref().is_some_and(|next| next.ends_with(label)),
+                None => seen.is_none(),
+            }
+        })
+        .await;
+    assert!(reached, "{key}'s next waiter is {seen:?}, never {label:?}");
+}
+
+/// Waits (at most 5 s) until `key`'s value is in `state` (its first letter: acquire.lua).
+async fn until_state(server: &RedisServer, key: &str, state: char) {
+    let lock = format!("{PREFIX}:{{{key}}}");
+    let mut seen = None;
+    let reached = server
+        .wait_until(Duration::from_secs(5), async || {
+            seen = match server.command(&["GET", &lock]) {
+                Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+                _ => None,
+            };
+            seen.as_deref()
+                .is_some_and(|value| value.starts_with(state))
+        })
+        .await;
+    assert!(reached, "{key} is {seen:?}, never in state {state}");
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server
+        .command(&["PTTL", &format!("{PREFIX}:{{{key}}}")])
+        .as_int()
+        .expect("PTTL answers an integer")
+}
+
+fn labelled(server: &RedisServer, label: &str) -> Backend {
+    Backend::builder(server.url())
+        .prefix(PREFIX)
+        .holder_label(label)
+        .build()
+        .unwrap()
+}
+
+/// The waiter gets the lock from the release's message alone: counted as handed over, with a
+/// larger fencing token, and confirmed to its own TTL at once (held on for well past the grant
+/// time, which the server would otherwise let it expire after).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_its_next_waiter() {
+    let fx = SingleRedis::start(|b| b);
+    let waiting = labelled(&fx.server, "waiting-process");
+    // No early retry can race the release: the waiter waits for its message.
+    raw::set_backoff_floor(&waiting, LONG);
+    let holder = Lock::new("handed")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let lock = Lock::new("handed").on(&waiting).lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    until_next_waiter(&fx.server, "handed", Some("waiting-process")).await;
+    // Released once the waiter asked again after subscribing, and waits for the message (a
+    // release while a request is in flight makes its reply "yours": no handover to count).
+    let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
+    assert!(asked_twice, "{:?}", waiting.stats());
+    let first_token = holder.fencing_token();
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    let stats = waiting.stats();
+    assert_eq!(
+        (stats.acquired, stats.handed_over),
+        (1, 1),
+        "acquired from the release's message: {stats:?}"
+    );
+    assert!(guard.fencing_token() > first_token);
+    let holder = fx.backend().inspect("handed").await.unwrap().unwrap();
+    assert_eq!(holder.fencing_token, guard.fencing_token());
+    assert_eq!(holder.label.as_deref(), Some("waiting-process"));
+    // Confirmed by the watchdog: the waiter's own 10 s, not the 300 ms grant.
+    let confirmed = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            pttl(&fx.server, "handed") > 1_000
+        })
+        .await;
+    assert!(confirmed, "PTTL {}", pttl(&fx.server, "handed"));
+    assert!(guard.is_held());
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// A waiting call that ends (cancelled here) gives its place up in the background: the release
+/// that follows frees the lock instead of handing it to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_next_waiter_gives_its_place_up() {
+    let fx = SingleRedis::start(|b| b);
+    let waiting = labelled(&fx.server, "leaving-process");
+    let holder = Lock::new("left")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move { Lock::new("left").on(&waiting).wait(LONG).acquire().await })
+    };
+    until_next_waiter(&fx.server, "left", Some("leaving-process")).await;
+    waiter.abort();
+    until_next_waiter(&fx.server, "left", None).await;
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    assert_eq!(fx.backend().inspect("left").await.unwrap(), None);
+    assert_eq!(waiting.stats().handed_over, 0);
+}
+
+/// A next waiter that vanishes (its process cut off from the server) after the lock was handed
+/// to it never confirms it: the handed-over lock expires within the grant time and another
+/// waiter takes it. The vanished waiter, back, does not trust the late handover: it acquires
+/// only after the other one released, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
+    let fx = SingleRedis::start(|b| b);
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let vanishing = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .holder_label("vanishing-process")
+        .build()
+        .unwrap();
+    let other = labelled(&fx.server, "other-process");
+    let holder = Lock::new("moved")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let vanished = {
+        let vanishing = vanishing.clone();
+        tokio::spawn(async move {
+            let guard = Lock::new("moved")
+                .on(&vanishing)
+                .lease(Lease::Fixed(LONG))
+                .wait(LONG)
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    until_next_waiter(&fx.server, "moved", Some("vanishing-process")).await;
+    let second = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let guard = Lock::new("moved")
+                .on(&other)
+                .lease(Lease::Fixed(LONG))
+                .wait(LONG)
+                .acquire()
+                .await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+    // Marked "W": someone besides the next waiter waits, so the handed-over lock stays marked.
+    until_state(&fx.server, "moved", 'W').await;
+    proxy.blackhole(true);
+    let released_at = Instant::now();
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    let handed = fx.backend().inspect("moved").await.unwrap().unwrap();
+    assert_eq!(handed.label.as_deref(), Some("vanishing-process"));
+    assert!(handed.ttl <= Duration::from_millis(300), "{handed:?}");
+
+    let (taken_at, guard) = second.await.unwrap().unwrap();
+    assert!(
+        taken_at - released_at >= Duration::from_millis(250),
+        "taken {:?} after the handover, before its grant ran out",
+        taken_at - released_at
+    );
+    assert!(guard.fencing_token() > handed.fencing_token);
+    assert_eq!(other.stats().handed_over, 0);
+
+    proxy.blackhole(false);
+    let second_token = guard.fencing_token();
+    let released_again = Instant::now();
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let (back_at, back) = vanished.await.unwrap().unwrap();
+    assert!(back_at >= released_again, "held while the other waiter did");
+    assert!(back.fencing_token() > second_token);
+    back.release().await.unwrap();
+}
+
+/// On every engine a lock another process waits for goes to it at the release: handed over in
+/// the release's message where the handover is on (one server, Sentinel, Cluster), confirmed to
+/// the waiter's own TTL; by the notification and an acquire where it is off (replica
+/// acknowledgement, whose `WAIT` cannot cover a grant written by a release; Redlock, whose
+/// masters could hand it to different waiters; the in-process engine, whose waiters are local
+/// turns).
+async fn the_waiting_process_gets_the_lock_at_the_release<F: Fixture>(
+    configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
+    handed_over: bool,
+) {
+    let fx = F::start(configure);
+    let waiting = fx.contender();
+    // No early retry can race the release: the waiter waits for its message.
+    raw::set_backoff_floor(&waiting, LONG);
+    let holder = Lock::new("handed")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let lock = Lock::new("handed").on(&waiting).lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    // Asked, subscribed, asked again: now it waits for the release.
+    let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
+    assert!(asked_twice, "{:?}", waiting.stats());
+    let first_token = holder.fencing_token();
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    let stats = waiting.stats();
+    assert_eq!(
+        (stats.acquired, stats.handed_over),
+        (1, u64::from(handed_over)),
+        "{stats:?}"
+    );
+    assert!(guard.fencing_token() > first_token);
+    let confirmed = common::until(&fx, Duration::from_secs(5), async || {
+        fx.pttl("handed")
+            .await
+            .is_some_and(|ttl| ttl > Duration::from_secs(1))
+    })
+    .await;
+    assert!(confirmed, "PTTL {:?}", fx.pttl("handed").await);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_redis() {
+    the_waiting_process_gets_the_lock_at_the_release::<SingleRedis>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_valkey() {
+    the_waiting_process_gets_the_lock_at_the_release::<common::Valkey>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_sentinel() {
+    let no_ack = |b: BackendBuilder| b.min_replicas(0);
+    the_waiting_process_gets_the_lock_at_the_release::<common::Sentinel>(no_ack, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_sentinel_with_replica_ack() {
+    the_waiting_process_gets_the_lock_at_the_release::<common::Sentinel>(|b| b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_cluster() {
+    the_waiting_process_gets_the_lock_at_the_release::<common::Cluster>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_redlock() {
+    the_waiting_process_gets_the_lock_at_the_release::<common::Redlock>(|b| b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_process_gets_the_lock_at_the_release_in_process() {
+    the_waiting_process_gets_the_lock_at_the_release::<common::InProcess>(|b| b, false).await;
+}
