@@ -353,7 +353,7 @@ impl<'a> Attempt<'a> {
     /// The previous holder's release handed the lock over to this attempt, with `fence`: a
     /// lease valid for the handover's grant time from the last request that made this attempt
     /// the next waiter (the handover came after the server answered it), which the watchdog
-    /// confirms at once. `None` when that leaves too little to rely on (the caller then asks
+    /// confirms within the first third of it. `None` when that leaves too little to rely on (the caller then asks
     /// for the lock again, which confirms it the ordinary way).
     fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
         let (since, grant) = self.next?;

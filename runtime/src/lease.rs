@@ -139,8 +139,8 @@ impl HeldLease {
 
     /// A lease handed over by the previous holder's release: the server holds it for `grant`
     /// from some instant after `since` (the send time of the last request that made this caller
-    /// the next waiter), so that is all it is valid for until the watchdog confirms it — at once,
-    /// whether or not the lease is renewed later.
+    /// the next waiter), so that is all it is valid for until the watchdog confirms it (within
+    /// a third of that), whether or not the lease is renewed later.
     pub(crate) fn handed_over(&mut self, since: Instant, grant: Duration, drift_factor: f64) {
         *self.valid_until.get_mut() = to_nanos(since + valid_for(grant, drift_factor));
         *self.confirming.get_mut() = true;

@@ -83,10 +83,13 @@ impl Watchdog {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.next_id += 1;
         let id = LeaseId(table.next_id);
-        // A handed-over lease is confirmed (renewed to its TTL) at once.
+        // A handed-over lease is confirmed (renewed to its TTL) once a third of what is left of
+        // its grant has passed: two thirds remain for the renewal's round trip, and a short
+        // critical section releases it before then, without waking the watchdog at all.
+        let now = Instant::now();
         let next_renewal = match lease.confirming() {
-            true => Instant::now(),
-            false => Instant::now() + lease.ttl / 3,
+            true => now + lease.valid_until().saturating_duration_since(now) / 3,
+            false => now + lease.ttl / 3,
         };
         let first_deadline = if lease.renewing || lease.confirming() {
             next_renewal.min(lease.valid_until())
