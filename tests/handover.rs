@@ -224,6 +224,69 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
     back.release().await.unwrap();
 }
 
+/// A key's subscription travels with its local turn: the next local task does not subscribe
+/// again. Its request that makes it the next waiter is answered on the command connection, and
+/// the handover's message comes on the notification connection — it can come first (here: the
+/// reply is held back 100 ms). The message is kept for the task all the same: it runs from it,
+/// with no retry (it would wait out its 10 s backoff floor otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_message_that_overtakes_its_reply_is_kept() {
+    let fx = SingleRedis::start(|b| b);
+    let waiting = labelled(&fx.server, "waiting-process");
+    raw::set_backoff_floor(&waiting, LONG);
+    let holder = Lock::new("overtaken")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let spawn_waiter = || {
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            let lock = Lock::new("overtaken")
+                .on(&waiting)
+                .lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    let first = spawn_waiter();
+    let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
+    assert!(asked_twice, "{:?}", waiting.stats());
+    let recorded = next_waiter(&fx.server, "overtaken").expect("the first task is next");
+    let second = spawn_waiter();
+    let queued = raw::until_local(LONG, async || raw::local_waiters(&waiting) == 1).await;
+    assert!(queued, "the second task never queued behind the first");
+
+    // The first task leaves; the second takes its turn (and subscription) and is made the next
+    // waiter, its reply held back.
+    raw::set_acquire_reply_delay(&waiting, Duration::from_millis(100));
+    first.abort();
+    let mut seen = None;
+    let replaced = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            seen = next_waiter(&fx.server, "overtaken");
+            seen.as_ref().is_some_and(|next| *next != recorded)
+        })
+        .await;
+    assert!(
+        replaced,
+        "the next waiter is {seen:?}, still the first task's"
+    );
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    let started = Instant::now();
+    let guard = second.await.unwrap().unwrap();
+    let stats = waiting.stats();
+    assert_eq!(stats.handed_over, 1, "{stats:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "ran after {:?}, not from the message",
+        started.elapsed()
+    );
+    raw::set_acquire_reply_delay(&waiting, Duration::ZERO);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
 /// On every engine a lock another process waits for goes to it at the release: handed over in
 /// the release's message where the handover is on (one server, Sentinel, Cluster), confirmed to
 /// the waiter's own TTL; by the notification and an acquire where it is off (replica

@@ -84,9 +84,10 @@ impl Request<'_> {
     /// failure ends the call.
     ///
     /// # Cancel safety
-    /// Dropping the future drops `attempt`: with a request in flight or a reply lost, it releases
-    /// in the background, with its owner token, whatever that request may have taken; otherwise
-    /// nothing is held and the turn passes on at once. A waiting writer's intent left on the
+    /// Dropping the future drops `attempt`: with a request in flight, a reply lost, or its place
+    /// as the lock's next waiter recorded, it releases in the background, with its owner token,
+    /// whatever that request may have taken or been handed over (and gives the place up);
+    /// otherwise nothing is held and the turn passes on at once. A waiting writer's intent left on the
     /// server lapses within `WRITER_INTENT` (500 ms).
     async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
@@ -105,6 +106,9 @@ impl Request<'_> {
         };
         loop {
             attempts += 1;
+            // Before the request: its reply may make this attempt the next waiter, and the
+            // handover's message can overtake that reply (another connection).
+            attempt.expect_handover();
             let sent_at = Instant::now();
             attempt.in_flight = true;
             let outcome = engine
@@ -116,6 +120,13 @@ impl Request<'_> {
                     self.terms.kind,
                 )
                 .await;
+            #[cfg(feature = "__test-hooks")]
+            {
+                let delay = hooks::read(&inner.hooks).acquire_reply_delay;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
             attempt.in_flight = false;
             let span = tracing::Span::current();
             span.record("attempts", attempts);
@@ -171,9 +182,6 @@ impl Request<'_> {
                             .watch(&attempt.key)
                             .await
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
-                        // Expected from now on: a handover that comes while the next request
-                        // is in flight is not missed.
-                        watch.expect_handover(attempt.owner.as_str());
                         *attempt.watch_slot() = Some(watch);
                         subscribed_since_last_wait = true;
                         // A reserved lock is not re-checked now: that would take it from the
@@ -201,9 +209,10 @@ impl Request<'_> {
                         LockKind::Exclusive => delay.min(WRITER_RETRY),
                         _ => delay,
                     };
+                    // A watch made since the request was sent expects it from now on.
+                    attempt.expect_handover();
                     let owner = attempt.owner.clone();
                     let watch = attempt.watch_slot().as_mut().expect("subscribed above");
-                    watch.expect_handover(owner.as_str());
                     tokio::select! {
                         () = watch.released() => {}
                         () = tokio::time::sleep(delay) => {}
@@ -297,6 +306,17 @@ impl<'a> Attempt<'a> {
         match &mut self.turn {
             Some(turn) => &mut turn.watch,
             None => &mut self.own_watch,
+        }
+    }
+
+    /// Tells the key's release subscription, if there is one, that a handover to this attempt
+    /// may come: it is kept (and wakes the watch) even if its message arrives before the reply
+    /// that made this attempt the next waiter. Only a writer holding the key's local turn is
+    /// ever handed a lock (readers and permits never become next waiters, and must not take
+    /// the expectation from the process's writer).
+    fn expect_handover(&self) {
+        if let Some(Some(watch)) = self.turn.as_ref().map(|turn| &turn.watch) {
+            watch.expect_handover(self.owner.as_str());
         }
     }
 

@@ -14,6 +14,10 @@ pub(crate) struct TestHooks {
     /// A pause between a "busy" reply and the subscription: the window subscribe-before-check
     /// must close.
     pub(crate) subscribe_delay: Duration,
+    /// A pause before an acquire reply is acted on: the window in which a handover's message,
+    /// on the notification connection, overtakes the reply that made the caller the next waiter.
+    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    pub(crate) acquire_reply_delay: Duration,
     /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
     pub(crate) backoff_floor: Duration,
     /// A pause between the server's SUBSCRIBE reply and the local confirmation: the window in

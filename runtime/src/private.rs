@@ -201,6 +201,15 @@ pub mod raw {
         backend.inner.engine.batched_calls()
     }
 
+    /// Test hook: pause this long before acting on an acquire's reply — the window in which a
+    /// handover's message overtakes the reply that made the caller the lock's next waiter.
+    #[cfg(feature = "__test-hooks")]
+    pub fn set_acquire_reply_delay(backend: &Backend, delay: Duration) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.acquire_reply_delay = delay;
+        });
+    }
+
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
     #[cfg(feature = "__test-hooks")]
