@@ -8,9 +8,10 @@ mod common;
 
 use common::{Fixture, SingleRedis, PREFIX};
 use distlock::__private::raw;
-use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, Released};
+use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
 use distlock_test_support::{FaultProxy, RedisServer, Reply};
 use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
 
 /// A lease far longer than anything here: only a handover's grant time can end one early.
 const LONG: Duration = Duration::from_secs(10);
@@ -60,11 +61,18 @@ async fn until_state(server: &RedisServer, key: &str, state: char) {
     assert!(reached, "{key} is {seen:?}, never in state {state}");
 }
 
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server
-        .command(&["PTTL", &format!("{PREFIX}:{{{key}}}")])
-        .as_int()
-        .expect("PTTL answers an integer")
+/// A task of `backend` that waits (up to 10 s) for `key` with a long fixed lease: when it got
+/// the lock, and its guard.
+fn spawn_long_waiter(
+    backend: &Backend,
+    key: &'static str,
+) -> JoinHandle<Result<(Instant, LockGuard), LockError>> {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        let lock = Lock::new(key).on(&backend).lease(Lease::Fixed(LONG));
+        let guard = lock.wait(LONG).acquire().await?;
+        Ok((Instant::now(), guard))
+    })
 }
 
 fn labelled(server: &RedisServer, label: &str) -> Backend {
@@ -75,55 +83,38 @@ fn labelled(server: &RedisServer, label: &str) -> Backend {
         .unwrap()
 }
 
-/// The waiter gets the lock from the release's message alone: counted as handed over, with a
-/// larger fencing token, and confirmed to its own TTL at once (held on for well past the grant
-/// time, which the server would otherwise let it expire after).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_hands_the_lock_to_its_next_waiter() {
-    let fx = SingleRedis::start(|b| b);
-    let waiting = labelled(&fx.server, "waiting-process");
-    // No early retry can race the release: the waiter waits for its message.
-    raw::set_backoff_floor(&waiting, LONG);
-    let holder = Lock::new("handed")
-        .on(fx.backend())
+/// Holds "handed" on `holder` with a long fixed lease, lets a task of `waiting` wait for it until
+/// it waits for the release's message (asked, subscribed, asked again; no early retry can race
+/// the release: a release while a request is in flight makes that reply "yours", with no
+/// handover to count), then releases it. Returns the waiter's guard and the released token.
+async fn release_to_a_waiter(holder: &Backend, waiting: &Backend) -> (LockGuard, u64) {
+    raw::set_backoff_floor(waiting, LONG);
+    let held = Lock::new("handed")
+        .on(holder)
         .lease(Lease::Fixed(LONG))
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let waiting = waiting.clone();
-        tokio::spawn(async move {
-            let lock = Lock::new("handed").on(&waiting).lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
-    until_next_waiter(&fx.server, "handed", Some("waiting-process")).await;
-    // Released once the waiter asked again after subscribing, and waits for the message (a
-    // release while a request is in flight makes its reply "yours": no handover to count).
+    let waiter = spawn_long_waiter(waiting, "handed");
     let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
     assert!(asked_twice, "{:?}", waiting.stats());
-    let first_token = holder.fencing_token();
-    assert_eq!(holder.release().await.unwrap(), Released::Released);
-    let guard = waiter.await.unwrap().unwrap();
-    let stats = waiting.stats();
-    assert_eq!(
-        (stats.acquired, stats.handed_over),
-        (1, 1),
-        "acquired from the release's message: {stats:?}"
-    );
-    assert!(guard.fencing_token() > first_token);
+    let released_token = held.fencing_token();
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    (waiter.await.unwrap().unwrap().1, released_token)
+}
+
+/// The handed-over lock is the waiter's on the server: its token and its holder label (which
+/// the server took from the next waiter's record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_its_next_waiter() {
+    let fx = SingleRedis::start(|b| b);
+    let waiting = labelled(&fx.server, "waiting-process");
+    let (guard, released_token) = release_to_a_waiter(fx.backend(), &waiting).await;
+    assert_eq!(waiting.stats().handed_over, 1, "{:?}", waiting.stats());
+    assert!(guard.fencing_token() > released_token);
     let holder = fx.backend().inspect("handed").await.unwrap().unwrap();
     assert_eq!(holder.fencing_token, guard.fencing_token());
     assert_eq!(holder.label.as_deref(), Some("waiting-process"));
-    // Confirmed by the watchdog: the waiter's own 10 s, not the 300 ms grant.
-    let confirmed = fx
-        .server
-        .wait_until(Duration::from_secs(5), async || {
-            pttl(&fx.server, "handed") > 1_000
-        })
-        .await;
-    assert!(confirmed, "PTTL {}", pttl(&fx.server, "handed"));
-    assert!(guard.is_held());
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
 
@@ -171,31 +162,9 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
         .acquire()
         .await
         .unwrap();
-    let vanished = {
-        let vanishing = vanishing.clone();
-        tokio::spawn(async move {
-            let guard = Lock::new("moved")
-                .on(&vanishing)
-                .lease(Lease::Fixed(LONG))
-                .wait(LONG)
-                .acquire()
-                .await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        })
-    };
+    let vanished = spawn_long_waiter(&vanishing, "moved");
     until_next_waiter(&fx.server, "moved", Some("vanishing-process")).await;
-    let second = {
-        let other = other.clone();
-        tokio::spawn(async move {
-            let guard = Lock::new("moved")
-                .on(&other)
-                .lease(Lease::Fixed(LONG))
-                .wait(LONG)
-                .acquire()
-                .await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        })
-    };
+    let second = spawn_long_waiter(&other, "moved");
     // Marked "W": someone besides the next waiter waits, so the handed-over lock stays marked.
     until_state(&fx.server, "moved", 'W').await;
     proxy.blackhole(true);
@@ -240,20 +209,11 @@ async fn a_handover_message_that_overtakes_its_reply_is_kept() {
         .acquire()
         .await
         .unwrap();
-    let spawn_waiter = || {
-        let waiting = waiting.clone();
-        tokio::spawn(async move {
-            let lock = Lock::new("overtaken")
-                .on(&waiting)
-                .lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
-    let first = spawn_waiter();
+    let first = spawn_long_waiter(&waiting, "overtaken");
     let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
     assert!(asked_twice, "{:?}", waiting.stats());
     let recorded = next_waiter(&fx.server, "overtaken").expect("the first task is next");
-    let second = spawn_waiter();
+    let second = spawn_long_waiter(&waiting, "overtaken");
     let queued = raw::until_local(LONG, async || raw::local_waiters(&waiting) == 1).await;
     assert!(queued, "the second task never queued behind the first");
 
@@ -275,7 +235,7 @@ async fn a_handover_message_that_overtakes_its_reply_is_kept() {
     );
     assert_eq!(holder.release().await.unwrap(), Released::Released);
     let started = Instant::now();
-    let guard = second.await.unwrap().unwrap();
+    let (_, guard) = second.await.unwrap().unwrap();
     let stats = waiting.stats();
     assert_eq!(stats.handed_over, 1, "{stats:?}");
     assert!(
@@ -299,34 +259,15 @@ async fn the_waiting_process_gets_the_lock_at_the_release<F: Fixture>(
 ) {
     let fx = F::start(configure);
     let waiting = fx.contender();
-    // No early retry can race the release: the waiter waits for its message.
-    raw::set_backoff_floor(&waiting, LONG);
-    let holder = Lock::new("handed")
-        .on(fx.backend())
-        .lease(Lease::Fixed(LONG))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = {
-        let waiting = waiting.clone();
-        tokio::spawn(async move {
-            let lock = Lock::new("handed").on(&waiting).lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
-    // Asked, subscribed, asked again: now it waits for the release.
-    let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
-    assert!(asked_twice, "{:?}", waiting.stats());
-    let first_token = holder.fencing_token();
-    assert_eq!(holder.release().await.unwrap(), Released::Released);
-    let guard = waiter.await.unwrap().unwrap();
+    let (guard, released_token) = release_to_a_waiter(fx.backend(), &waiting).await;
     let stats = waiting.stats();
     assert_eq!(
         (stats.acquired, stats.handed_over),
         (1, u64::from(handed_over)),
         "{stats:?}"
     );
-    assert!(guard.fencing_token() > first_token);
+    assert!(guard.fencing_token() > released_token);
+    // Confirmed by the watchdog: the waiter's own 10 s, not the 300 ms grant.
     let confirmed = common::until(&fx, Duration::from_secs(5), async || {
         fx.pttl("handed")
             .await

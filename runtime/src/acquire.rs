@@ -351,37 +351,15 @@ impl<'a> Attempt<'a> {
         sent_at: Instant,
         first_try: bool,
     ) -> Arc<HeldLease> {
-        let mut lease = HeldLease::new(
-            self.backend.inner.stats.clone(),
-            self.labels.clone(),
-            std::mem::take(&mut self.key),
-            std::mem::take(&mut self.owner),
-            fence,
-            &request.terms,
-            sent_at,
-        );
+        let mut lease = self.hand_to_lease(request, fence, sent_at);
         lease.first_try = first_try;
-        if let Some(turn) = self.turn.take() {
-            lease.keep_turn(turn);
-        }
-        // Disarmed: the lease releases from now on.
-        self.reply_lost = false;
-        self.next = None;
         Arc::new(lease)
     }
 
-    /// The previous holder's release handed the lock over to this attempt, with `fence`: a
-    /// lease valid for the handover's grant time from the last request that made this attempt
-    /// the next waiter (the handover came after the server answered it), which the watchdog
-    /// confirms within the first third of it. `None` when that leaves too little to rely on (the caller then asks
-    /// for the lock again, which confirms it the ordinary way).
-    fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
-        let (since, grant) = self.next?;
-        let valid_for = crate::policy::valid_for(grant, request.terms.drift_factor);
-        if Instant::now() + HANDOVER_MARGIN >= since + valid_for {
-            return None;
-        }
-        let mut lease = HeldLease::new(
+    /// The lease of a lock this attempt holds with `fence`, valid from `since`: the owner token
+    /// and the turn move to it, and the attempt is disarmed (the lease releases from now on).
+    fn hand_to_lease(&mut self, request: &Request<'_>, fence: u64, since: Instant) -> HeldLease {
+        let lease = HeldLease::new(
             self.backend.inner.stats.clone(),
             self.labels.clone(),
             std::mem::take(&mut self.key),
@@ -390,13 +368,27 @@ impl<'a> Attempt<'a> {
             &request.terms,
             since,
         );
-        lease.handed_over(since, grant, request.terms.drift_factor);
         if let Some(turn) = self.turn.take() {
             lease.keep_turn(turn);
         }
-        // Disarmed: the lease releases from now on.
         self.reply_lost = false;
         self.next = None;
+        lease
+    }
+
+    /// The previous holder's release handed the lock over to this attempt, with `fence`: a
+    /// lease valid for the handover's grant time from the last request that made this attempt
+    /// the next waiter (the handover came after the server answered it), which the watchdog
+    /// confirms within the first third of it. `None` when that leaves too little to rely on
+    /// (the caller then asks for the lock again, which confirms it the ordinary way).
+    fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
+        let (since, grant) = self.next?;
+        let valid_for = crate::policy::valid_for(grant, request.terms.drift_factor);
+        if Instant::now() + HANDOVER_MARGIN >= since + valid_for {
+            return None;
+        }
+        let mut lease = self.hand_to_lease(request, fence, since);
+        lease.handed_over(since, grant, request.terms.drift_factor);
         Some(Arc::new(lease))
     }
 }
