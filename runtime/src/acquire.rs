@@ -87,8 +87,8 @@ impl Request<'_> {
     /// Dropping the future drops `attempt`: with a request in flight, a reply lost, or its place
     /// as the lock's next waiter recorded, it releases in the background, with its owner token,
     /// whatever that request may have taken or been handed over (and gives the place up);
-    /// otherwise nothing is held and the turn passes on at once. A waiting writer's intent left on the
-    /// server lapses within `WRITER_INTENT` (500 ms).
+    /// otherwise nothing is held and the turn passes on at once. A waiting writer's intent left
+    /// on the server lapses within `WRITER_INTENT` (500 ms).
     async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
         let engine = &*inner.engine;
@@ -183,6 +183,8 @@ impl Request<'_> {
                             .await
                             .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
                         *attempt.watch_slot() = Some(watch);
+                        // A reserved lock is waited for without another request first.
+                        attempt.expect_handover();
                         subscribed_since_last_wait = true;
                         // A reserved lock is not re-checked now: that would take it from the
                         // waiters it is reserved for. A release that slips by before the
@@ -209,15 +211,12 @@ impl Request<'_> {
                         LockKind::Exclusive => delay.min(WRITER_RETRY),
                         _ => delay,
                     };
-                    // A watch made since the request was sent expects it from now on.
-                    attempt.expect_handover();
-                    let owner = attempt.owner.clone();
                     let watch = attempt.watch_slot().as_mut().expect("subscribed above");
                     tokio::select! {
                         () = watch.released() => {}
                         () = tokio::time::sleep(delay) => {}
                     }
-                    if let Some(fence) = watch.take_handover(owner.as_str()) {
+                    if let Some(fence) = attempt.handed_over_fence() {
                         if let Some(lease) = attempt.take_handover(self, fence) {
                             Stats::bump(&inner.stats.acquired);
                             Stats::bump(&inner.stats.handed_over);
@@ -315,9 +314,20 @@ impl<'a> Attempt<'a> {
     /// ever handed a lock (readers and permits never become next waiters, and must not take
     /// the expectation from the process's writer).
     fn expect_handover(&self) {
-        if let Some(Some(watch)) = self.turn.as_ref().map(|turn| &turn.watch) {
+        if let Some(watch) = self.turn_watch() {
             watch.expect_handover(self.owner.as_str());
         }
+    }
+
+    /// The fencing token of a handover to this attempt that came since it was expected, taken.
+    fn handed_over_fence(&self) -> Option<u64> {
+        self.turn_watch()?.take_handover(self.owner.as_str())
+    }
+
+    /// The release subscription of the key's local turn, if this attempt holds the turn and the
+    /// turn has one.
+    fn turn_watch(&self) -> Option<&ReleaseWatch> {
+        self.turn.as_ref()?.watch.as_ref()
     }
 
     fn new(

@@ -73,6 +73,12 @@ local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
   return string.sub(value, space + 1, (stop or 0) - 1)
 end
+-- The owner token of `key`'s next waiter (KEYS[i]:next), nil when none is recorded.
+local function next_owner(key)
+  local waiter = redis.call('GET', key .. ':next')
+  local split = waiter and string.find(waiter, ' ', 1, true)
+  return split and owner_at(waiter, split)
+end
 local time, now
 local function server_time()
   if not time then
@@ -153,12 +159,12 @@ for i, key in ipairs(KEYS) do
       if handoff_ms > 0 and asker ~= '0' then
         -- The first waiter to ask becomes the next one, and stays so while it keeps asking.
         local next_key = key .. ':next'
-        local waiter = redis.call('GET', next_key)
+        local waiter = next_owner(key)
         local grant_ms = math.min(handoff_ms, tonumber(ttl))
         if not waiter then
           redis.call('SET', next_key, grant_ms .. ' ' .. owner .. label, 'PX', grant_ms)
           code = 4
-        elseif owner_at(waiter, string.find(waiter, ' ', 1, true)) == owner then
+        elseif waiter == owner then
           redis.call('PEXPIRE', next_key, grant_ms)
           code = 4
         end
@@ -178,10 +184,8 @@ for i, key in ipairs(KEYS) do
   if not code and asker == '2' and handoff_ms > 0 then
     -- A next waiter that takes the lock by asking (it was free: expired, or released to
     -- notified waiters) is no longer waiting.
-    local next_key = key .. ':next'
-    local waiter = redis.call('GET', next_key)
-    if waiter and owner_at(waiter, string.find(waiter, ' ', 1, true)) == owner then
-      redis.call('DEL', next_key)
+    if next_owner(key) == owner then
+      redis.call('DEL', key .. ':next')
     end
   end
   if not code then

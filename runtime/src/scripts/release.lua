@@ -31,6 +31,15 @@ local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
   return string.sub(value, space + 1, (stop or 0) - 1)
 end
+-- `key`'s next waiter (acquire.lua): its record "<grant ms> <owner>[ <label>]" and where the
+-- record's first space is, or nil when none is recorded.
+local function next_waiter(key)
+  local waiter = redis.call('GET', key .. ':next')
+  local split = waiter and string.find(waiter, ' ', 1, true)
+  if split then
+    return waiter, split
+  end
+end
 local result = {}
 for i, key in ipairs(KEYS) do
   local owner = ARGV[i + 3]
@@ -48,9 +57,8 @@ for i, key in ipairs(KEYS) do
       code = 1
     else
       -- Waited on. "<grant ms> <owner>[ <label>]": the next waiter, if one still asks.
-      local waiter = redis.call('GET', key .. ':next')
-      local split = waiter and string.find(waiter, ' ', 1, true)
-      if split and owner_at(waiter, split) ~= owner then
+      local waiter, split = next_waiter(key)
+      if waiter and owner_at(waiter, split) ~= owner then
         -- Handed over: the waiter's lock, with the next token.
         redis.call('DEL', key .. ':next')
         local time = redis.call('TIME')
@@ -84,9 +92,8 @@ for i, key in ipairs(KEYS) do
   if code <= 0 then
     -- Not ours to release: the owner may be a waiting call that ended (cancelled, out of time),
     -- which must not stay the lock's next waiter.
-    local waiter = redis.call('GET', key .. ':next')
-    local split = waiter and string.find(waiter, ' ', 1, true)
-    if split and owner_at(waiter, split) == owner then
+    local waiter, split = next_waiter(key)
+    if waiter and owner_at(waiter, split) == owner then
       redis.call('DEL', key .. ':next')
     end
   end
