@@ -118,6 +118,29 @@ async fn a_release_hands_the_lock_to_its_next_waiter() {
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
 
+/// Tokens stay above the last one issued when the server clock is behind it (a clock stepped
+/// back): an acquire and a handover each issue the last token + 1, not the clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_follow_a_marker_ahead_of_the_clock_by_acquire_and_by_handover() {
+    // Centuries ahead of today's µs clock, still exact as a Lua double (below 2^53).
+    const AHEAD: u64 = 9_000_000_000_000_000;
+    let fx = SingleRedis::start(|b| b);
+    let marker = format!("F{AHEAD}");
+    fx.server.command(&[
+        "SET",
+        &SingleRedis::lock_key("handed"),
+        &marker,
+        "PX",
+        "60000",
+    ]);
+    let waiting = labelled(&fx.server, "waiting-process");
+    let (guard, released_token) = release_to_a_waiter(fx.backend(), &waiting).await;
+    assert_eq!(released_token, AHEAD + 1, "the acquire's token");
+    assert_eq!(waiting.stats().handed_over, 1, "{:?}", waiting.stats());
+    assert_eq!(guard.fencing_token(), AHEAD + 2, "the handover's token");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
 /// A waiting call that ends (cancelled here) gives its place up in the background: the release
 /// that follows frees the lock instead of handing it to nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,16 +71,23 @@ async fn until(limit: Duration, done: impl Fn() -> bool) -> bool {
     raw::until_local(limit, async || done()).await
 }
 
-/// A local handoff costs one round trip: the next local waiter takes its turn as soon as the
-/// holder's release request is on its way — here while a partition holds that request
-/// unanswered — and its acquire follows the release on the one connection, so the server, running
-/// them in order, grants it without a "busy" reply.
+/// A task that wants the key while its holder's release is on its way — here while a partition
+/// holds that request unanswered — takes the turn at once (the turn passes as soon as the
+/// release is sent), and its acquire follows the release on the one connection, so the server,
+/// running them in order, grants it without a "busy" reply. (A task queued before the release
+/// has the lock transferred to it by the release instead: `tests/transfer.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_waiter_contends_behind_the_release_on_its_way() {
     let server = RedisServer::start();
     let (proxy, backend) = through_proxy(&server, |b| b).await;
     let holder = Lock::new("handoff").on(&backend).acquire().await.unwrap();
     let first = holder.fencing_token();
+    proxy.blackhole(true);
+    let release = tokio::spawn(holder.release());
+    assert!(
+        until(PROMPT, || raw::local_keys(&backend) == 0).await,
+        "the turn passed only after the release was answered"
+    );
     let waiter = tokio::spawn({
         let backend = backend.clone();
         async move {
@@ -95,13 +102,7 @@ async fn a_local_waiter_contends_behind_the_release_on_its_way() {
             token
         }
     });
-    assert!(until(PROMPT, || raw::local_waiters(&backend) == 1).await);
-    proxy.blackhole(true);
-    let release = tokio::spawn(holder.release());
-    assert!(
-        until(PROMPT, || raw::local_waiters(&backend) == 0).await,
-        "the waiter got its turn only after the release was answered"
-    );
+    assert!(until(PROMPT, || raw::local_keys(&backend) == 1).await);
     assert!(!release.is_finished(), "the partition holds the release");
     proxy.blackhole(false);
     assert_eq!(
@@ -561,14 +562,15 @@ async fn local_waiters_are_served_in_arrival_order_with_one_contender() {
     assert_eq!(*order.lock().unwrap(), (0..16).collect::<Vec<_>>());
     let scripts = fx.command_calls("evalsha") - before;
     let retries = fx.backend().stats().busy_replies - busy_before;
-    // One release, then for each waiter one acquire and one release. The only other calls are
-    // the contender's safety-net retries (one per WRITER_RETRY, 400 ms, at most): one that
-    // fires just as the release is in flight is answered "busy". Local waiters never poll.
+    // One script per handoff: each release transfers the lock to the next local waiter, and
+    // the last one frees it. The only other calls are the contender's safety-net retries (one
+    // per WRITER_RETRY, 400 ms, at most). Local waiters never poll.
     assert_eq!(
         scripts,
-        1 + 16 * 2 + retries,
+        1 + 16 + retries,
         "{scripts} script calls for 16 handoffs, {retries} of them answered busy"
     );
+    assert_eq!(fx.backend().stats().transferred, 16);
     assert!(
         retries <= 1 + (took.as_millis() / 400) as u64,
         "{retries} busy replies in {took:?}: the waiters polled"

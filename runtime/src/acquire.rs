@@ -31,11 +31,15 @@ pub(crate) struct Request<'a> {
 
 impl Request<'_> {
     /// Acquires `key`. The returned lease keeps the key's local turn until it is released, so
-    /// the next local waiter contends only after the release.
+    /// the next local waiter contends only after the release (or is transferred the lock by
+    /// it). A task queued behind the turn may get the lock with the turn, without a request of
+    /// its own.
     ///
     /// # Cancel safety
     /// Dropping this future at any point leaves nothing held for longer than one round trip:
-    /// queued behind a local turn, it leaves the queue; holding the turn, it passes the turn on;
+    /// queued behind a local turn, it leaves the queue (a turn handed to it in that instant is
+    /// passed on, and a lock transferred with it released in the background); holding the
+    /// turn, it passes the turn on;
     /// with an acquire request in flight (or one whose reply was lost), it releases that
     /// request's possible lock in the background with its owner token, and passes the turn on
     /// once the server has seen the release.
@@ -53,10 +57,15 @@ impl Request<'_> {
             let turn = if self.terms.kind.is_shared() {
                 None
             } else {
-                let enter = self.backend.inner.gates.enter(&key, self.deadline);
-                let Some(turn) = waiting_gauge.unless_ready(enter).await else {
+                let gates = &self.backend.inner.gates;
+                let enter = gates.enter(&key, self.deadline, self.terms.ttl);
+                let Some(mut turn) = waiting_gauge.unless_ready(enter).await else {
                     return Err(self.busy(key));
                 };
+                if let Some((owner, fence, since)) = turn.take_transferred() {
+                    // The previous holder's release transferred the lock to this task.
+                    return Ok(self.transferred(key, owner, fence, since, turn));
+                }
                 Some(turn)
             };
             self.contend(Attempt::new(self, key, turn, waiting_gauge))
@@ -64,6 +73,32 @@ impl Request<'_> {
         }
         .instrument(span)
         .await
+    }
+
+    /// The lease of a lock a local transfer granted to this task with `fence`, valid from
+    /// `since` (when the transfer was sent), held with the owner token the task pledged.
+    fn transferred(
+        &self,
+        key: String,
+        owner: Owner,
+        fence: u64,
+        since: Instant,
+        turn: Turn,
+    ) -> Arc<HeldLease> {
+        let stats = &self.backend.inner.stats;
+        Stats::bump(&stats.acquired);
+        Stats::bump(&stats.transferred);
+        let lease = HeldLease::new(
+            stats.clone(),
+            self.labels.clone(),
+            key,
+            owner,
+            fence,
+            &self.terms,
+            since,
+        );
+        lease.keep_turn(turn);
+        Arc::new(lease)
     }
 
     /// What is left of the wait budget (`None`: waiting forever).

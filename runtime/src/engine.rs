@@ -8,7 +8,7 @@ use crate::doctor::Finding;
 use crate::key_events::KeyEventSender;
 use crate::kind::LockKind;
 use crate::owner::Owner;
-use crate::wait::ReleaseWatch;
+use crate::wait::{ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
 
@@ -76,6 +76,16 @@ pub(crate) enum Ownership {
     Gone,
     /// Another owner holds the key.
     Foreign,
+}
+
+/// What a release that names a local successor did ([`Engine::transfer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transfer {
+    /// The lock is the successor's now, with this fencing token.
+    Granted { fence: u64 },
+    /// Not transferred (others wait for the lock, or the engine does not transfer): released
+    /// as [`Engine::release`] would have, with what it found.
+    Released(Ownership),
 }
 
 /// One lease in a batched renewal.
@@ -193,6 +203,32 @@ pub(crate) trait Engine: Send + Sync + 'static {
         kind: LockKind,
         granted: GrantedAs,
     ) -> BoxFuture<'a, EngineResult<Ownership>>;
+
+    /// Whether [`transfer`](Self::transfer) can grant a lock to a local successor (one server
+    /// whose grants need no acknowledgement); when not, it only releases.
+    fn transfers(&self) -> bool {
+        false
+    }
+
+    /// Releases `owner`'s exclusive lock on `key` and, if nobody else was told it is busy,
+    /// grants it in the same step to `successor` (a task of this process queued behind the
+    /// holder) with a new fencing token — one round trip and one script per local handoff. A
+    /// lock others wait for is released as [`release`](Self::release) does, and announced to
+    /// them. Asked again after a lost reply, a transfer that ran answers `Granted` again.
+    fn transfer<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        successor: &'a Successor,
+    ) -> BoxFuture<'a, EngineResult<Transfer>> {
+        let _ = successor;
+        Box::pin(async move {
+            let found = self
+                .release(key, owner, LockKind::Exclusive, GrantedAs::Unknown)
+                .await?;
+            Ok(Transfer::Released(found))
+        })
+    }
 
     /// Renew many leases in one call; one answer per lease, in order: `None` when the engine
     /// could not decide for that lease (Redlock: no quorum either way), which the watchdog

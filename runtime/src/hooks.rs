@@ -18,6 +18,13 @@ pub(crate) struct TestHooks {
     /// on the notification connection, overtakes the reply that made the caller the next waiter.
     #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
     pub(crate) acquire_reply_delay: Duration,
+    /// A pause before a local transfer's reply is acted on: the window in which the releasing
+    /// call is cancelled, or its successor leaves, after the transfer ran.
+    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    pub(crate) transfer_reply_delay: Duration,
+    /// The reply to a local transfer's first request is treated as lost after the transfer ran.
+    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    pub(crate) lose_first_transfer_reply: bool,
     /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
     pub(crate) backoff_floor: Duration,
     /// A pause between the server's SUBSCRIBE reply and the local confirmation: the window in

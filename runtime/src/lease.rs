@@ -7,7 +7,7 @@ use crate::metrics::{self, Labels};
 use crate::owner::Owner;
 use crate::policy::valid_for;
 use crate::stats::Stats;
-use crate::wait::Turn;
+use crate::wait::{Successor, Transferred, Turn};
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -177,6 +177,24 @@ impl HeldLease {
     pub(crate) fn pass_turn(&self) {
         let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(turn);
+    }
+
+    /// The task of this process queued first behind this lease's turn, if any: its ticket and
+    /// what it would hold the lock as.
+    pub(crate) fn successor(&self) -> Option<(u64, Successor)> {
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
+        turn.as_ref()?.successor()
+    }
+
+    /// Passes the key's turn on with `lock`, transferred to the task of `ticket`
+    /// ([`Turn::pass_transferred`]).
+    pub(crate) fn pass_turn_transferred(&self, ticket: u64, lock: Box<dyn Transferred>) {
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner()).take();
+        match turn {
+            Some(turn) => turn.pass_transferred(ticket, lock),
+            // The turn went with a loss meanwhile: the lock is released (its drop).
+            None => drop(lock),
+        }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {

@@ -210,6 +210,24 @@ pub mod raw {
         });
     }
 
+    /// Test hook: pause this long before acting on a local transfer's reply — the window in
+    /// which the releasing call can be cancelled, or its successor leave, after the transfer ran.
+    #[cfg(feature = "__test-hooks")]
+    pub fn set_transfer_reply_delay(backend: &Backend, delay: Duration) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.transfer_reply_delay = delay;
+        });
+    }
+
+    /// Test hook: treat the reply to each local transfer's first request as lost (the transfer
+    /// ran), so that the release asks again.
+    #[cfg(feature = "__test-hooks")]
+    pub fn lose_first_transfer_replies(backend: &Backend) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.lose_first_transfer_reply = true;
+        });
+    }
+
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
     #[cfg(feature = "__test-hooks")]

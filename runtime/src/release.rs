@@ -11,21 +11,26 @@
 //! Each key's local turn passes on as soon as the key's release request is on its way: the next
 //! local waiter's acquire follows it on the same ordered connection, so the server runs the
 //! release first and the waiter finds the key free — one round trip after the release, not two.
+//! Where the engine can, the release instead transfers the lock to that waiter in the same
+//! script (a local transfer: one script per local handoff, and the turn passes with the lock).
 //! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;
-use crate::engine::{GrantedAs, Ownership};
+use crate::engine::{GrantedAs, Ownership, Transfer};
 use crate::error::LockError;
+use crate::kind::LockKind;
 use crate::lease::HeldLease;
-use crate::metrics;
+use crate::metrics::{self, Labels};
+use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
-use crate::wait::retry_until;
+use crate::wait::{retry_until, Successor, Transferred};
 use futures_util::FutureExt;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Instant;
 use tracing::Instrument;
 
 /// What a release found.
@@ -73,7 +78,10 @@ pub(crate) async fn release_all(
     while let Some(lease) = rest.leases.front() {
         // From here on the front key's release may have run on the server.
         rest.front_sent = true;
-        let outcome = pass_turn_once_sent(lease, release_one(backend, lease, false)).await;
+        let outcome = match successor_to_transfer_to(backend, lease) {
+            Some((ticket, successor)) => transfer_one(backend, lease, ticket, successor).await,
+            None => pass_turn_once_sent(lease, release_one(backend, lease, false)).await,
+        };
         rest.front_sent = false;
         let lease = rest
             .leases
@@ -120,6 +128,134 @@ async fn pass_turn_once_sent<F: Future>(lease: &HeldLease, release: F) -> F::Out
     }
     lease.pass_turn();
     release.await
+}
+
+/// The task queued first behind `lease` in this process, if the engine can transfer the lock
+/// to it: an exclusive lock granted with a token (not one whose acquire never answered).
+fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64, Successor)> {
+    let transfers = backend.inner.engine.transfers()
+        && lease.kind == LockKind::Exclusive
+        && !lease.is_unconfirmed();
+    transfers.then(|| lease.successor()).flatten()
+}
+
+/// Releases `lease`'s lock and, unless others wait for it, transfers it in the same script to
+/// the local task of `ticket` ([`Engine::transfer`](crate::engine::Engine::transfer)), trying
+/// a round trip whose reply was lost again (a transfer that ran answers again). The turn passes
+/// on with the lock; a lock released instead passes it once the server has answered, and its
+/// receiver asks for the lock.
+///
+/// # Cancel safety
+/// Dropped with a transfer in flight (or its reply lost), the successor's possible lock is
+/// released in the background ([`SuccessorLock`]'s `Drop`) — the successor never uses the
+/// owner token it pledged unless the lock comes with its turn — and `release_all` hands this
+/// lease's key to a background release, which passes the turn on once the server has seen it.
+async fn transfer_one(
+    backend: &Backend,
+    lease: &HeldLease,
+    ticket: u64,
+    successor: Successor,
+) -> Result<Released, LockError> {
+    let span = tracing::info_span!(
+        "distlock.release",
+        key = %lease.key,
+        fencing_token = lease.fence,
+        background = false,
+        transfer = true,
+    );
+    async {
+        // Valid from the first send: the server grants no earlier than that.
+        let mut pending = SuccessorLock {
+            backend: backend.clone(),
+            key: lease.key.clone(),
+            labels: lease.labels.clone(),
+            successor: Some(successor),
+            fence: 0,
+            since: Instant::now(),
+        };
+        let mut reply_lost = false;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let successor = pending.successor.as_ref().expect("taken only on return");
+            let outcome = backend
+                .inner
+                .engine
+                .transfer(&lease.key, &lease.owner, successor)
+                .await;
+            match outcome {
+                Ok(Transfer::Granted { fence }) => {
+                    #[cfg(feature = "__test-hooks")]
+                    {
+                        let hooks = crate::hooks::read(&backend.inner.hooks);
+                        if !hooks.transfer_reply_delay.is_zero() {
+                            tokio::time::sleep(hooks.transfer_reply_delay).await;
+                        }
+                        if hooks.lose_first_transfer_reply && attempt == 1 {
+                            reply_lost = true;
+                            continue;
+                        }
+                    }
+                    pending.fence = fence;
+                    Stats::bump(&backend.inner.stats.released);
+                    metrics::released(&lease.labels, Released::Released.label());
+                    lease.pass_turn_transferred(ticket, Box::new(pending));
+                    return Ok(Released::Released);
+                }
+                Ok(Transfer::Released(found)) => {
+                    // Not transferred (a transfer that ran would answer so again): the
+                    // successor's token holds nothing.
+                    pending.successor = None;
+                    lease.pass_turn();
+                    return Ok(settled(backend, lease, found, reply_lost));
+                }
+                Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
+                Err(failure) => return Err(backend.backend_error("release", failure)),
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// A lock that a transfer granted, or may have granted, to a local successor: the releasing
+/// call's until it passes the turn on with it, then the turn's receiver's. Dropped unclaimed —
+/// the releasing call was cancelled mid-transfer, or the successor left before taking it — it
+/// is released in the background with the successor's owner token.
+struct SuccessorLock {
+    backend: Backend,
+    key: String,
+    labels: Labels,
+    /// Taken when the lock is claimed, or known not to have been transferred.
+    successor: Option<Successor>,
+    fence: u64,
+    /// When the transfer was first sent: the successor's lease is valid from then.
+    since: Instant,
+}
+
+impl Transferred for SuccessorLock {
+    fn claim(mut self: Box<Self>) -> (Owner, u64, Instant) {
+        let successor = self.successor.take().expect("claimed once");
+        (successor.owner, self.fence, self.since)
+    }
+}
+
+impl Drop for SuccessorLock {
+    fn drop(&mut self) {
+        let Some(successor) = self.successor.take() else {
+            return;
+        };
+        let lease = HeldLease::unconfirmed(
+            self.backend.inner.stats.clone(),
+            self.labels.clone(),
+            std::mem::take(&mut self.key),
+            successor.owner,
+            LockKind::Exclusive,
+            successor.ttl,
+            None,
+        );
+        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
+    }
 }
 
 /// The keys a foreground release has not finished; released in the background if it is dropped.
@@ -285,7 +421,6 @@ async fn release_one(
         background = maybe_released,
     );
     async {
-        let stats = &backend.inner.stats;
         let mut reply_lost = maybe_released;
         let mut attempt = 0;
         loop {
@@ -313,37 +448,7 @@ async fn release_one(
                     }
                     return Ok(Released::Released);
                 }
-                Ok(Ownership::Ours) => {
-                    Stats::bump(&stats.released);
-                    metrics::released(&lease.labels, Released::Released.label());
-                    return Ok(Released::Released);
-                }
-                Ok(Ownership::Gone) if reply_lost => {
-                    tracing::debug!(target: "distlock::release", "released; an earlier reply was lost");
-                    Stats::bump(&stats.released);
-                    metrics::released(&lease.labels, Released::Released.label());
-                    return Ok(Released::Released);
-                }
-                Ok(Ownership::Gone) => {
-                    Stats::bump(&stats.release_found_expired);
-                    metrics::released(&lease.labels, Released::Expired.label());
-                    tracing::warn!(
-                        target: "distlock::release",
-                        key = %lease.key,
-                        "the lock had expired before it was released; the work after its expiry was unprotected"
-                    );
-                    return Ok(Released::Expired);
-                }
-                Ok(Ownership::Foreign) => {
-                    Stats::bump(&stats.release_found_foreign);
-                    metrics::released(&lease.labels, Released::TakenOver.label());
-                    tracing::warn!(
-                        target: "distlock::release",
-                        key = %lease.key,
-                        "another owner holds the lock now; left it untouched"
-                    );
-                    return Ok(Released::TakenOver);
-                }
+                Ok(found) => return Ok(settled(backend, lease, found, reply_lost)),
                 Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
                 Err(failure) => return Err(backend.backend_error("release", failure)),
             }
@@ -351,4 +456,40 @@ async fn release_one(
     }
     .instrument(span)
     .await
+}
+
+/// What a release of `lease` that found `found` reports, counted in the stats and metrics.
+/// `reply_lost`: an earlier request of this release may have run, so "gone" means released.
+fn settled(backend: &Backend, lease: &HeldLease, found: Ownership, reply_lost: bool) -> Released {
+    let stats = &backend.inner.stats;
+    let released = match found {
+        Ownership::Ours => Released::Released,
+        Ownership::Gone if reply_lost => {
+            tracing::debug!(target: "distlock::release", "released; an earlier reply was lost");
+            Released::Released
+        }
+        Ownership::Gone => {
+            tracing::warn!(
+                target: "distlock::release",
+                key = %lease.key,
+                "the lock had expired before it was released; the work after its expiry was unprotected"
+            );
+            Released::Expired
+        }
+        Ownership::Foreign => {
+            tracing::warn!(
+                target: "distlock::release",
+                key = %lease.key,
+                "another owner holds the lock now; left it untouched"
+            );
+            Released::TakenOver
+        }
+    };
+    Stats::bump(match released {
+        Released::Released => &stats.released,
+        Released::Expired => &stats.release_found_expired,
+        Released::TakenOver => &stats.release_found_foreign,
+    });
+    metrics::released(&lease.labels, released.label());
+    released
 }

@@ -21,6 +21,7 @@ pub(crate) struct Stats {
     pub(crate) busy: AtomicU64,
     pub(crate) busy_replies: AtomicU64,
     pub(crate) handed_over: AtomicU64,
+    pub(crate) transferred: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) renewal_calls: AtomicU64,
     pub(crate) renewed: AtomicU64,
@@ -54,6 +55,7 @@ impl Stats {
             busy: self.busy.load(Relaxed),
             busy_replies: self.busy_replies.load(Relaxed),
             handed_over: self.handed_over.load(Relaxed),
+            transferred: self.transferred.load(Relaxed),
             lost: self.lost.load(Relaxed),
             renewal_calls: self.renewal_calls.load(Relaxed),
             renewed: self.renewed.load(Relaxed),
@@ -83,6 +85,10 @@ pub struct StatsSnapshot {
     /// backend's waiting call directly, in one message, instead of announcing a release it then
     /// asked for (counted in `acquired` too).
     pub handed_over: u64,
+    /// Locks acquired by a local transfer: the previous holder, a task of this backend, released
+    /// the lock and granted it to this backend's next waiting call in one script, nobody else
+    /// waiting for it (counted in `acquired` too).
+    pub transferred: u64,
     /// Leases lost while held.
     pub lost: u64,
     /// Renewal script calls (each renews a batch of leases).

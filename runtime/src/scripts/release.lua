@@ -7,7 +7,15 @@
 -- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
 -- ARGV[3]    the command that announces a release: PUBLISH, or SPUBLISH (sharded pub/sub, on
 --            the node owning the key's slot, in a Redis Cluster)
--- ARGV[i+3]  owner token of key i
+-- ARGV[i+3]  owner token of key i, or "<owner> <successor> <successor ttl ms>" to transfer the
+--            lock to a task of the same process queued behind this holder (a local transfer)
+--
+-- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
+-- the next token and the successor's TTL, and the holder label of the lock it replaces (the
+-- same process's) — one script per local handoff instead of a release and an acquire. A lock
+-- others wait for ("W", "H") is released as if no successor were named: the waiters of other
+-- processes come first, and the successor asks for the lock like any of them. A transfer tried
+-- again after a lost reply finds the lock the successor's, and answers as the first one did.
 --
 -- An owner that does not hold the lock (an ended waiting call releasing whatever it may hold)
 -- stops being its next waiter.
@@ -26,6 +34,7 @@
 --       the waiter then finds it its own when it next asks)
 --   0   the lock is free: it expired before we released it
 --  -1   another owner holds it now (or another program wrote the key): left untouched
+--  {5, fence}  transferred to the successor, which holds it with this token
 -- The owner token: after the first space, up to the next one (the holder label follows it).
 local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
@@ -40,16 +49,43 @@ local function next_waiter(key)
     return waiter, split
   end
 end
+-- The next fencing token after `last`: max(last + 1, the clock in µs), as acquire.lua issues
+-- them — TIME's own digits whenever the clock is ahead (cheaper than formatting a double).
+local function next_fence(last)
+  local time = redis.call('TIME')
+  local fence = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
+  if tonumber(fence) <= last then
+    fence = string.format('%.0f', last + 1)
+  end
+  return fence
+end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner = ARGV[i + 3]
+  local owner, successor, successor_ttl = ARGV[i + 3], nil, nil
+  local split = string.find(owner, ' ', 1, true)
+  if split then
+    local ttl_at = string.find(owner, ' ', split + 1, true)
+    successor = string.sub(owner, split + 1, ttl_at - 1)
+    successor_ttl = string.sub(owner, ttl_at + 1)
+    owner = string.sub(owner, 1, split - 1)
+  end
   local value = redis.call('GET', key)
   local code = 0
   local state = value and string.sub(value, 1, 1)
   if state == 'L' or state == 'W' or state == 'H' then
     local space = string.find(value, ' ', 2, true)
-    if not space or owner_at(value, space) ~= owner then
+    local holder = space and owner_at(value, space)
+    if successor and holder == successor then
+      -- Transferred already: this is a retry after a lost reply.
+      code = {5, tonumber(string.sub(value, 2, space - 1))}
+    elseif holder ~= owner then
       code = -1
+    elseif state == 'L' and successor then
+      local label_at = string.find(value, ' ', space + 1, true)
+      local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
+      redis.call('SET', key, 'L' .. fence .. ' ' .. successor
+        .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_ttl)
+      code = {5, tonumber(fence)}
     elseif state == 'L' then
       -- The key stays as the token marker, so the next token is larger even if the clock steps
       -- back.
@@ -61,10 +97,7 @@ for i, key in ipairs(KEYS) do
       if waiter and owner_at(waiter, split) ~= owner then
         -- Handed over: the waiter's lock, with the next token.
         redis.call('DEL', key .. ':next')
-        local time = redis.call('TIME')
-        local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-        local last = tonumber(string.sub(value, 2, space - 1)) or 0
-        local fence = string.format('%.0f', math.max(last + 1, now_us))
+        local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
         local held_as = state == 'H' and 'L' or 'W'
         redis.call('SET', key, held_as .. fence .. ' ' .. string.sub(waiter, split + 1), 'PX',
           string.sub(waiter, 1, split - 1))
@@ -89,7 +122,7 @@ for i, key in ipairs(KEYS) do
   elseif value and state ~= 'F' and state ~= 'P' and state ~= 'Q' and state ~= 'V' then
     code = -1
   end
-  if code <= 0 then
+  if type(code) == 'number' and code <= 0 then
     -- Not ours to release: the owner may be a waiting call that ended (cancelled, out of time),
     -- which must not stay the lock's next waiter.
     local waiter, split = next_waiter(key)

@@ -5,13 +5,18 @@
 //! The turn passes on when its holder is done with the key — released it, gave up, failed or was
 //! cancelled — to the oldest waiter still waiting, together with the key's release
 //! subscription, so the next contender needs no new SUBSCRIBE.
+//!
+//! A queued waiter names the owner token and TTL it would hold the lock with (its [`Successor`]),
+//! so that the holder's release can transfer the lock to it on the server in the same step; the
+//! turn then comes with the lock ([`Transferred`]).
 
 use super::ReleaseWatch;
 use crate::hooks::LocalChange;
+use crate::owner::Owner;
 use crate::sparse::shrink_when_sparse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// The queues of one backend, by key. An entry exists only while some task holds or waits for
@@ -24,7 +29,34 @@ pub(crate) struct Gates {
 #[derive(Default)]
 struct Queue {
     next_ticket: u64,
-    waiting: VecDeque<(u64, oneshot::Sender<Turn>)>,
+    waiting: VecDeque<Waiter>,
+}
+
+/// A task queued for a key's turn.
+struct Waiter {
+    ticket: u64,
+    successor: Successor,
+    turn: oneshot::Sender<Turn>,
+}
+
+/// What a queued task would hold the lock as: the lock a local transfer grants it is written
+/// with this owner token and TTL. The token is pledged to transfers only: a task whose turn comes
+/// without the lock asks for it with a new token, so that a transfer whose outcome its releaser
+/// never learnt (and releases in the background) can never be the lock the task relies on.
+#[derive(Debug, Clone)]
+pub(crate) struct Successor {
+    pub(crate) owner: Owner,
+    pub(crate) ttl: Duration,
+}
+
+/// A lock that a local transfer granted to a queued task, handed to it with the key's turn.
+/// The task takes it with [`claim`](Transferred::claim); dropped unclaimed (the task left after
+/// the transfer), its `Drop` releases that lock in the background. Implemented by the releasing
+/// side, which knows how to release.
+pub(crate) trait Transferred: Send {
+    /// Takes the lock over: the owner token it is held with (the successor's), its fencing
+    /// token, and when the transfer was sent (the lease is valid from then).
+    fn claim(self: Box<Self>) -> (Owner, u64, Instant);
 }
 
 /// The right to contend for (and then hold) one key within this process.
@@ -33,6 +65,9 @@ pub(crate) struct Turn {
     key: String,
     /// The key's release subscription, handed from contender to contender.
     pub(crate) watch: Option<ReleaseWatch>,
+    /// The lock itself, transferred to the receiver of this turn by its previous holder's
+    /// release; or, on the releasing side, the transfer to give to the waiter of that ticket.
+    transfer: Option<(u64, Box<dyn Transferred>)>,
     /// Set on a turn that was handed on, so dropping this shell passes nothing.
     passed: bool,
 }
@@ -49,23 +84,26 @@ impl Drop for Ticket<'_> {
         let _changed = LocalChange;
         let mut queues = self.gates.queues.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(queue) = queues.get_mut(self.key) {
-            queue.waiting.retain(|(id, _)| *id != self.id);
+            queue.waiting.retain(|waiter| waiter.ticket != self.id);
         }
     }
 }
 
 impl Gates {
     /// Waits for the key's turn, until `deadline` (`None`: forever). `None` when the deadline
-    /// passed first.
+    /// passed first. A task that has to queue offers to hold the lock for `ttl` if the holder
+    /// transfers it ([`Turn::take_transferred`]).
     ///
     /// # Cancel safety
     /// Dropping the future leaves the queue (the ticket's `Drop`). A turn handed over just before
     /// the drop sits in the dropped channel and is dropped with it, which passes it on to the
-    /// next waiter: no turn is ever lost.
+    /// next waiter (and releases a lock transferred with it): no turn is ever lost, and no lock
+    /// is left held.
     pub(crate) async fn enter(
         self: &Arc<Self>,
         key: &str,
         deadline: Option<Instant>,
+        ttl: Duration,
     ) -> Option<Turn> {
         let (receiver, id) = {
             let _changed = LocalChange;
@@ -79,7 +117,14 @@ impl Gates {
                     let (sender, receiver) = oneshot::channel();
                     queue.next_ticket += 1;
                     let id = queue.next_ticket;
-                    queue.waiting.push_back((id, sender));
+                    queue.waiting.push_back(Waiter {
+                        ticket: id,
+                        successor: Successor {
+                            owner: Owner::random(),
+                            ttl,
+                        },
+                        turn: sender,
+                    });
                     (receiver, id)
                 }
             }
@@ -103,6 +148,7 @@ impl Gates {
             gates: self.clone(),
             key,
             watch,
+            transfer: None,
             passed: false,
         }
     }
@@ -119,6 +165,29 @@ impl Gates {
     }
 }
 
+impl Turn {
+    /// The oldest task queued behind this turn, if any: its ticket and what it would hold the
+    /// lock as.
+    pub(crate) fn successor(&self) -> Option<(u64, Successor)> {
+        let queues = self.gates.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let waiter = queues.get(&self.key)?.waiting.front()?;
+        Some((waiter.ticket, waiter.successor.clone()))
+    }
+
+    /// Passes the turn on with `lock`, transferred to the task of `ticket` (its
+    /// [`successor`](Self::successor)). If that task has left meanwhile, the lock is dropped —
+    /// which releases it — and the turn goes to the next task as it would without a transfer.
+    pub(crate) fn pass_transferred(mut self, ticket: u64, lock: Box<dyn Transferred>) {
+        self.transfer = Some((ticket, lock));
+    }
+
+    /// The lock transferred with this turn, if any, taken (the receiver holds it from now on).
+    pub(crate) fn take_transferred(&mut self) -> Option<(Owner, u64, Instant)> {
+        let (_, lock) = self.transfer.take()?;
+        Some(lock.claim())
+    }
+}
+
 impl Drop for Turn {
     fn drop(&mut self) {
         if self.passed {
@@ -126,25 +195,44 @@ impl Drop for Turn {
         }
         let _changed = LocalChange;
         let mut watch = self.watch.take();
+        let mut transfer = self.transfer.take();
         let mut queues = self.gates.queues.lock().unwrap_or_else(|e| e.into_inner());
         let Some(queue) = queues.get_mut(&self.key) else {
             return;
         };
-        while let Some((_, sender)) = queue.waiting.pop_front() {
-            let next = self.gates.turn(std::mem::take(&mut self.key), watch.take());
-            match sender.send(next) {
-                Ok(()) => return,
+        while let Some(waiter) = queue.waiting.pop_front() {
+            let mut next = self.gates.turn(std::mem::take(&mut self.key), watch.take());
+            if transfer
+                .as_ref()
+                .is_some_and(|(ticket, _)| *ticket == waiter.ticket)
+            {
+                // Only to the task it was transferred to (the lock carries its owner token).
+                next.transfer = transfer.take();
+            }
+            match waiter.turn.send(next) {
+                Ok(()) => {
+                    drop(queues);
+                    // A transfer to a task that left before it: released by its drop.
+                    drop(transfer);
+                    return;
+                }
                 // That waiter is gone; take the turn back and try the next one.
                 Err(mut returned) => {
                     returned.passed = true;
                     watch = returned.watch.take();
                     self.key = std::mem::take(&mut returned.key);
+                    // Released below, once the queues are unlocked (its release may pass the
+                    // turn of another key).
+                    if let Some(orphan) = returned.transfer.take() {
+                        transfer = Some(orphan);
+                    }
                 }
             }
         }
         queues.remove(&self.key);
         shrink_when_sparse(&mut queues);
         drop(queues);
+        drop(transfer);
         // The last local interest in the key is gone: the subscription goes with it.
         drop(watch);
     }

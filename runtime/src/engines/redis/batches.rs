@@ -45,29 +45,42 @@ impl AcquireBatch {
     /// was not taken). A failed release is tried again, with backoff, until the lock would have
     /// expired anyway (its TTL from now); then it is left to that TTL, and logged.
     fn release_left_behind(self: &Arc<Self>, item: LockCall) {
-        let batch = self.clone();
-        tokio::spawn(async move {
-            let until = Instant::now() + item.ttl;
-            let calls = [(item.lock, item.owner)];
-            let release = || {
-                batch
-                    .node
-                    .release_many(&calls, batch.fence_counter_ttl, HANDOFF_WINDOW)
-            };
-            let Err(failure) = release().await else {
-                return;
-            };
-            let released = retry_until(|| until, LEFT_BEHIND_RETRY_CAP, failure, release).await;
-            if let Err(failure) = released {
-                tracing::warn!(
-                    target: "distlock::release",
-                    error = %failure.source,
-                    "a lock whose caller left before its batched acquire was answered could \
-                     not be released; it expires by its TTL"
-                );
-            }
-        });
+        release_left_behind(
+            self.node.clone(),
+            self.fence_counter_ttl,
+            ReleaseCall::plain(item.lock, item.owner),
+            item.ttl,
+        );
     }
+}
+
+/// Releases a lock whose caller left before a batch it was in was answered (an
+/// ownership-checked release: harmless if the lock was not taken). A failed release is tried
+/// again, with backoff, until the lock would have expired anyway (`ttl` from now); then it is
+/// left to that TTL, and logged.
+fn release_left_behind(
+    node: Arc<Node>,
+    fence_counter_ttl: Duration,
+    call: ReleaseCall,
+    ttl: Duration,
+) {
+    tokio::spawn(async move {
+        let until = Instant::now() + ttl;
+        let calls = [call];
+        let release = || node.release_by_script(&calls, fence_counter_ttl, HANDOFF_WINDOW);
+        let Err(failure) = release().await else {
+            return;
+        };
+        let released = retry_until(|| until, LEFT_BEHIND_RETRY_CAP, failure, release).await;
+        if let Err(failure) = released {
+            tracing::warn!(
+                target: "distlock::release",
+                error = %failure.source,
+                "a lock whose caller left before its batch was answered could not be released; \
+                 it expires by its TTL"
+            );
+        }
+    });
 }
 
 /// The longest pause between two tries of a release left behind.
@@ -96,10 +109,33 @@ impl Batched for ReleaseBatch {
         )
     }
 
-    /// A release is done whether or not its caller is still there.
-    fn abandoned(self: &Arc<Self>, _item: ReleaseCall, _answer: ReleaseReply) {}
+    /// A release is done whether or not its caller is still there; a lock transferred to a
+    /// successor is released again, since only the caller could have handed it over (the
+    /// successor never asks with the token a transfer pledged).
+    fn abandoned(self: &Arc<Self>, item: ReleaseCall, answer: ReleaseReply) {
+        if let ReleaseReply::Transferred { .. } = answer {
+            self.release_successor(item);
+        }
+    }
 
     /// The caller that left hands its unconfirmed release to a background task of its own
-    /// (`release.rs`), which sends it again.
-    fn abandoned_unanswered(self: &Arc<Self>, _item: ReleaseCall) {}
+    /// (`release.rs`), which sends it again; a transfer that may have run is undone here.
+    fn abandoned_unanswered(self: &Arc<Self>, item: ReleaseCall) {
+        self.release_successor(item);
+    }
+}
+
+impl ReleaseBatch {
+    /// Releases the lock `item` may have transferred to its successor, if it names one.
+    fn release_successor(self: &Arc<Self>, item: ReleaseCall) {
+        if let Some(successor) = item.successor {
+            let call = ReleaseCall::plain(item.lock, successor.owner);
+            release_left_behind(
+                self.node.clone(),
+                self.fence_counter_ttl,
+                call,
+                successor.ttl,
+            );
+        }
+    }
 }

@@ -18,19 +18,21 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{handoff_window, settle_release, Node};
+use super::node::{handoff_window, settle_release, Node, ReleaseReply};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal};
+use crate::engine::{
+    Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
+};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
 use crate::key_events::KeyEventSender;
 use crate::kind::LockKind;
 use crate::owner::Owner;
-use crate::wait::{Channels, ReleaseWatch};
+use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::{join_all, BoxFuture};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::Value;
@@ -338,6 +340,41 @@ impl Engine for ClusterEngine {
                 &self.prefix,
                 &names.lock,
             ))
+        })
+    }
+
+    fn transfers(&self) -> bool {
+        self.node.grants_in_release()
+    }
+
+    fn transfer<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        successor: &'a Successor,
+    ) -> BoxFuture<'a, EngineResult<Transfer>> {
+        Box::pin(async move {
+            let names = KeyNames::new(&self.prefix, key);
+            let window = self.handoff_window();
+            let reply = if self.transfers() {
+                self.node
+                    .transfer(&names, owner, successor, self.fence_counter_ttl, window)
+                    .await?
+            } else {
+                let granted = GrantedAs::Unknown;
+                self.node
+                    .release(&names, owner, granted, self.fence_counter_ttl, window)
+                    .await?
+            };
+            match reply {
+                ReleaseReply::Transferred { fence } => Ok(Transfer::Granted { fence }),
+                reply => Ok(Transfer::Released(settle_release(
+                    reply,
+                    &self.publish_refused,
+                    &self.prefix,
+                    &names.lock,
+                ))),
+            }
         })
     }
 

@@ -27,6 +27,7 @@ use crate::scripts::{
     LuaScript, ACQUIRE, FENCE_WRITEBACK, INSPECT, RELEASE, RENEW, SHARED_ACQUIRE, SHARED_RELEASE,
     UNLOCK,
 };
+use crate::wait::Successor;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -44,13 +45,43 @@ pub(crate) struct LockCall {
     pub(crate) asker: Asker,
 }
 
-/// One lock of a batched release: its key (already prefixed), its owner, and how it was granted
-/// (a first-try grant can be released by a conditional `SET` where the server has one).
+/// One lock of a batched release: its key (already prefixed), its owner, how it was granted
+/// (a first-try grant can be released by a conditional `SET` where the server has one), and the
+/// local task it is transferred to if nobody else waits for it.
 #[derive(Debug, Clone)]
 pub(crate) struct ReleaseCall {
     pub(crate) lock: String,
     pub(crate) owner: Owner,
     pub(crate) granted: GrantedAs,
+    pub(crate) successor: Option<Successor>,
+}
+
+impl ReleaseCall {
+    /// An ownership-checked release of `owner`'s lock, with nothing known of its grant.
+    pub(crate) fn plain(lock: String, owner: Owner) -> ReleaseCall {
+        ReleaseCall {
+            lock,
+            owner,
+            granted: GrantedAs::Unknown,
+            successor: None,
+        }
+    }
+
+    /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
+    /// token and TTL for a transfer.
+    fn script_arg(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.successor {
+            None => self.owner.as_bytes().into(),
+            Some(successor) => format!(
+                "{} {} {}",
+                self.owner.as_str(),
+                successor.owner.as_str(),
+                successor.ttl.as_millis().max(1)
+            )
+            .into_bytes()
+            .into(),
+        }
+    }
 }
 
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
@@ -82,6 +113,10 @@ pub(crate) enum ReleaseReply {
     Found(Ownership),
     /// Released, but the server refused the notification (the user may not publish).
     ReleasedUnannounced,
+    /// Transferred to the call's successor, which holds it with this token.
+    Transferred {
+        fence: u64,
+    },
 }
 
 pub(crate) struct Node {
@@ -257,6 +292,13 @@ impl Node {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the lookup; nothing is left half done.
+    /// Whether a release may grant the lock to someone in the same step (a handover to the next
+    /// waiter, a local transfer): not with replica acknowledgement, whose grants must each be
+    /// acknowledged, nor on Redlock's masters, which must each decide alike.
+    pub(crate) fn grants_in_release(&self) -> bool {
+        self.handoff.is_some()
+    }
+
     pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
         match self.connection().await {
             Ok(Bound {
@@ -642,18 +684,18 @@ impl Node {
         ack: ReplicaAck,
         acknowledged: u32,
     ) -> Vec<EngineResult<Acquired>> {
-        let granted: Vec<(String, Owner)> = items
+        let granted: Vec<ReleaseCall> = items
             .iter()
             .zip(&answers)
             .filter(|(_, answer)| matches!(answer, Ok(Acquired::Yes { .. })))
-            .map(|(item, _)| (item.lock.clone(), item.owner.clone()))
+            .map(|(item, _)| ReleaseCall::plain(item.lock.clone(), item.owner.clone()))
             .collect();
         if granted.is_empty() {
             return answers;
         }
         // The marker keeps the token granted (and taken back) as the one the next must exceed.
         let released = self
-            .release_many(&granted, ack.marker_ttl, HANDOFF_WINDOW)
+            .release_by_script(&granted, ack.marker_ttl, HANDOFF_WINDOW)
             .await;
         let unreplicated = Acquired::Unreplicated {
             acknowledged,
@@ -721,12 +763,41 @@ impl Node {
         handoff_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let item = ReleaseCall {
-            lock: names.lock.clone(),
-            owner: owner.clone(),
             granted,
+            ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
         let mut answers = self
             .release_calls(
+                std::slice::from_ref(&item),
+                fence_counter_ttl,
+                handoff_window,
+            )
+            .await?;
+        answers
+            .pop()
+            .ok_or_else(|| unexpected("release", "no answer"))
+    }
+
+    /// Releases `owner`'s lock and transfers it to `successor` in the same script unless
+    /// others wait for it (`release.lua`).
+    ///
+    /// # Cancel safety
+    /// As [`release_by_script`](Self::release_by_script): dropped after sending, the lock may
+    /// be transferred all the same; asked again, a transfer that ran answers again.
+    pub(crate) async fn transfer(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        successor: &Successor,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
+        let item = ReleaseCall {
+            successor: Some(successor.clone()),
+            ..ReleaseCall::plain(names.lock.clone(), owner.clone())
+        };
+        let mut answers = self
+            .release_by_script(
                 std::slice::from_ref(&item),
                 fence_counter_ttl,
                 handoff_window,
@@ -757,7 +828,9 @@ impl Node {
         let (mut quiet, mut scripted): (Vec<(usize, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
         for (index, item) in items.iter().enumerate() {
             match item.granted {
-                GrantedAs::Quietly { fence } if !self.contended.contains(&item.lock) => {
+                GrantedAs::Quietly { fence }
+                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
+                {
                     quiet.push((index, fence));
                 }
                 _ => scripted.push(index),
@@ -790,7 +863,7 @@ impl Node {
         let window = millis(handoff_window);
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
-            let owners: Vec<&Owner> = scripted.iter().map(|i| &items[*i].owner).collect();
+            let owners: Vec<_> = scripted.iter().map(|i| items[*i].script_arg()).collect();
             let args = self.release_args(&owners, &marker_ttl, &window);
             pipe.add_command(RELEASE.evalsha(&keys, &args));
         }
@@ -820,7 +893,7 @@ impl Node {
         let codes = replies
             .next()
             .and_then(|reply| reply.extract_error().ok())
-            .and_then(|reply| Vec::<i64>::from_redis_value(reply).ok());
+            .and_then(|reply| Vec::<Value>::from_redis_value(reply).ok());
         if let Some(codes) = codes {
             if let Ok(released) = release_replies(codes, scripted.len()) {
                 for (index, answer) in scripted.iter().zip(released) {
@@ -851,28 +924,11 @@ impl Node {
             .collect()
     }
 
-    /// `release.lua` for every one of `items`.
-    ///
-    /// # Cancel safety
-    /// As [`release_many`](Self::release_many).
-    async fn release_by_script(
-        &self,
-        items: &[ReleaseCall],
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
-    ) -> EngineResult<Vec<ReleaseReply>> {
-        let pairs: Vec<(String, Owner)> = items
-            .iter()
-            .map(|item| (item.lock.clone(), item.owner.clone()))
-            .collect();
-        self.release_many(&pairs, fence_counter_ttl, handoff_window)
-            .await
-    }
-
-    /// `release.lua`'s arguments for `owners`' locks.
+    /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
+    /// ([`ReleaseCall::script_arg`]).
     fn release_args<'a>(
         &'a self,
-        owners: &[&'a Owner],
+        owners: &'a [std::borrow::Cow<'a, [u8]>],
         marker_ttl: &'a [u8],
         window: &'a [u8],
     ) -> Vec<&'a [u8]> {
@@ -880,29 +936,30 @@ impl Node {
         args.push(marker_ttl);
         args.push(window);
         args.push(self.publish.as_bytes());
-        args.extend(owners.iter().map(|owner| owner.as_bytes()));
+        args.extend(owners.iter().map(|owner| &**owner));
         args
     }
 
-    /// `release.lua` for a batch of `(lock, owner)` (locks already prefixed): one answer each.
-    /// A lock that was waited on is left to the waiters it notifies for `handoff_window`.
+    /// `release.lua` for every one of `items` (locks already prefixed): one answer each. A lock
+    /// that was waited on is left to the waiters it notifies for `handoff_window`; one that was
+    /// not, and names a successor, is transferred to it.
     ///
     /// # Cancel safety
-    /// As [`invoke`](Self::invoke): dropped after sending, the locks may be released all the same;
-    /// callers that must know release again with the same owners, where a lock already released
-    /// reads as gone.
-    pub(crate) async fn release_many(
+    /// As [`invoke`](Self::invoke): dropped after sending, the locks may be released (or
+    /// transferred) all the same; callers that must know release again with the same owners,
+    /// where a lock already released reads as gone and a transfer that ran answers again.
+    pub(crate) async fn release_by_script(
         &self,
-        items: &[(String, Owner)],
+        items: &[ReleaseCall],
         fence_counter_ttl: Duration,
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
-        let keys: Vec<&str> = items.iter().map(|(lock, _)| lock.as_str()).collect();
-        let owners: Vec<&Owner> = items.iter().map(|(_, owner)| owner).collect();
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        let owners: Vec<_> = items.iter().map(ReleaseCall::script_arg).collect();
         let marker_ttl = millis(fence_counter_ttl);
         let window = millis(handoff_window);
         let args = self.release_args(&owners, &marker_ttl, &window);
-        let codes: Vec<i64> = self.invoke(&RELEASE, &keys, &args).await?;
+        let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
         release_replies(codes, items.len())
     }
 
@@ -1268,6 +1325,8 @@ pub(crate) fn settle_release(
             report_refused_publish(reported, prefix, &crate::key::channel_of(lock));
             Ownership::Ours
         }
+        // Only a call naming a successor is transferred: ours until then.
+        ReleaseReply::Transferred { .. } => Ownership::Ours,
     }
 }
 
@@ -1337,18 +1396,25 @@ async fn send(
     Ok((reply, Some(acknowledged)))
 }
 
-/// `release.lua`'s answer for `count` locks.
-fn release_replies(codes: Vec<i64>, count: usize) -> EngineResult<Vec<ReleaseReply>> {
+/// `release.lua`'s answer for `count` locks: a code each, or `{5, fence}` for a transfer.
+fn release_replies(codes: Vec<Value>, count: usize) -> EngineResult<Vec<ReleaseReply>> {
     if codes.len() != count {
         return Err(unexpected("release", codes));
     }
-    Ok(codes
+    codes
         .into_iter()
         .map(|code| match code {
-            2 => ReleaseReply::ReleasedUnannounced,
-            code => ReleaseReply::Found(ownership(code)),
+            Value::Int(2) => Ok(ReleaseReply::ReleasedUnannounced),
+            Value::Int(code) => Ok(ReleaseReply::Found(ownership(code))),
+            Value::Array(ref pair) => match pair.as_slice() {
+                [Value::Int(5), Value::Int(fence)] => Ok(ReleaseReply::Transferred {
+                    fence: *fence as u64,
+                }),
+                _ => Err(unexpected("release", code)),
+            },
+            other => Err(unexpected("release", other)),
         })
-        .collect())
+        .collect()
 }
 
 fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {

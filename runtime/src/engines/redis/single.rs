@@ -9,19 +9,23 @@
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
 use super::keyspace;
-use super::node::{settle_release, LockCall, Node, ReleaseCall, ReplicaAck, Timeouts};
+use super::node::{
+    settle_release, LockCall, Node, ReleaseCall, ReleaseReply, ReplicaAck, Timeouts,
+};
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use super::tls::TlsFiles;
 use crate::doctor::Finding;
-use crate::engine::{Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal};
+use crate::engine::{
+    Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
+};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::key::{lock_name, KeyNames};
 use crate::key_events::KeyEventSender;
 use crate::kind::LockKind;
 use crate::owner::Owner;
-use crate::wait::{Channels, ReleaseWatch};
+use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -160,9 +164,8 @@ impl Engine for RedisEngine {
                     .await?
             } else {
                 let call = ReleaseCall {
-                    lock: lock.clone(),
-                    owner: owner.clone(),
                     granted,
+                    ..ReleaseCall::plain(lock.clone(), owner.clone())
                 };
                 self.releases.submit(call).await?
             };
@@ -172,6 +175,34 @@ impl Engine for RedisEngine {
                 &self.prefix,
                 &lock,
             ))
+        })
+    }
+
+    fn transfers(&self) -> bool {
+        self.node.grants_in_release()
+    }
+
+    fn transfer<'a>(
+        &'a self,
+        key: &'a str,
+        owner: &'a Owner,
+        successor: &'a Successor,
+    ) -> BoxFuture<'a, EngineResult<Transfer>> {
+        Box::pin(async move {
+            let lock = lock_name(&self.prefix, key);
+            let call = ReleaseCall {
+                successor: self.transfers().then(|| successor.clone()),
+                ..ReleaseCall::plain(lock.clone(), owner.clone())
+            };
+            match self.releases.submit(call).await? {
+                ReleaseReply::Transferred { fence } => Ok(Transfer::Granted { fence }),
+                reply => Ok(Transfer::Released(settle_release(
+                    reply,
+                    &self.publish_refused,
+                    &self.prefix,
+                    &lock,
+                ))),
+            }
         })
     }
 

@@ -484,7 +484,10 @@ impl RedlockEngine {
         let mut failures = Vec::new();
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
-                Some(Ok(ReleaseReply::Found(Ownership::Ours))) => ours += 1,
+                // Redlock names no successor, so no master transfers.
+                Some(Ok(
+                    ReleaseReply::Found(Ownership::Ours) | ReleaseReply::Transferred { .. },
+                )) => ours += 1,
                 Some(Ok(ReleaseReply::ReleasedUnannounced)) => {
                     report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
                     ours += 1;

@@ -1,0 +1,265 @@
+//! Local transfers against real servers: a release whose lock nobody else waits for grants it,
+//! in the same script, to the task of the same process queued behind the holder — one script
+//! per local handoff instead of a release and an acquire, and the turn passes with the lock.
+//! Every way the transfer can be interrupted (the successor leaves, the releasing call is
+//! cancelled, a reply is lost) leaves no lock held for longer than a round trip.
+
+mod common;
+
+use common::{command_calls, Fixture, SingleRedis};
+use distlock::__private::raw;
+use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// A lease far longer than anything here: a lock left behind would outlast every wait.
+const LONG: Duration = Duration::from_secs(10);
+
+/// Holds `key` on `backend` with a long fixed lease and queues a task of the same backend
+/// behind it (returns once it is queued): the holder, and the queued task.
+async fn held_with_a_local_waiter(
+    backend: &Backend,
+    key: &'static str,
+) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+    let held = Lock::new(key)
+        .on(backend)
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let backend = backend.clone();
+        tokio::spawn(async move {
+            let lock = Lock::new(key).on(&backend).lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    let queued = raw::until_local(LONG, async || raw::local_waiters(backend) == 1).await;
+    assert!(queued, "the second task never queued behind the first");
+    (held, waiter)
+}
+
+/// The fencing token the server holds `key` with, if it is held.
+async fn token_on_server(backend: &Backend, key: &str) -> Option<u64> {
+    let holder = backend.inspect(key).await.unwrap();
+    holder.map(|holder| holder.fencing_token)
+}
+
+/// Waits (at most 5 s) until the server holds `key` with a token above `token`: a transfer
+/// that ran.
+async fn until_held_above(fx: &SingleRedis, key: &str, token: u64) {
+    let reached = common::until(fx, Duration::from_secs(5), async || {
+        token_on_server(fx.backend(), key)
+            .await
+            .is_some_and(|held| held > token)
+    })
+    .await;
+    assert!(reached, "{key} was never held above {token}");
+}
+
+/// The released lock is the queued task's, with a larger token and that task's TTL; where the
+/// engine transfers, without a request of the task's own.
+async fn the_next_local_task_gets_the_lock_at_the_release<F: Fixture>(
+    configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
+    transferred: bool,
+) {
+    let fx = F::start(configure);
+    let (held, waiter) = held_with_a_local_waiter(fx.backend(), "local").await;
+    let released_token = held.fencing_token();
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (stats.acquired, stats.transferred, stats.released),
+        (2, u64::from(transferred), 1),
+        "{stats:?}"
+    );
+    assert!(guard.fencing_token() > released_token);
+    assert_eq!(
+        token_on_server(fx.backend(), "local").await,
+        Some(guard.fencing_token())
+    );
+    let ttl = fx.pttl("local").await.expect("held");
+    assert!(ttl > LONG / 2, "the successor's own TTL, not {ttl:?}");
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(token_on_server(fx.backend(), "local").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_redis() {
+    the_next_local_task_gets_the_lock_at_the_release::<SingleRedis>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_valkey() {
+    the_next_local_task_gets_the_lock_at_the_release::<common::Valkey>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_sentinel() {
+    let no_ack = |b: BackendBuilder| b.min_replicas(0);
+    the_next_local_task_gets_the_lock_at_the_release::<common::Sentinel>(no_ack, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_sentinel_with_replica_ack() {
+    // A grant written by a release would not be acknowledged by the replicas.
+    the_next_local_task_gets_the_lock_at_the_release::<common::Sentinel>(|b| b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_cluster() {
+    the_next_local_task_gets_the_lock_at_the_release::<common::Cluster>(|b| b, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_redlock() {
+    // Each master would have to transfer alike; a quorum decides an acquire instead.
+    the_next_local_task_gets_the_lock_at_the_release::<common::Redlock>(|b| b, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_local_task_gets_the_lock_at_the_release_in_process() {
+    the_next_local_task_gets_the_lock_at_the_release::<common::InProcess>(|b| b, false).await;
+}
+
+/// A transfer is one script on the server — no acquire of the successor's, no notification —
+/// and the lock keeps the process's holder label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_is_one_script_and_announces_nothing() {
+    let fx = SingleRedis::start(|b| b.holder_label("this-process"));
+    let (held, waiter) = held_with_a_local_waiter(fx.backend(), "one").await;
+    let (scripts, publishes) = (
+        command_calls(&fx.server, "evalsha"),
+        command_calls(&fx.server, "publish"),
+    );
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(command_calls(&fx.server, "evalsha") - scripts, 1);
+    assert_eq!(command_calls(&fx.server, "publish") - publishes, 0);
+    let holder = fx.backend().inspect("one").await.unwrap().unwrap();
+    assert_eq!(holder.label.as_deref(), Some("this-process"));
+    assert!(!holder.waited_on);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+/// A lock another process waits for goes to that process (its next waiter) at the release, not
+/// to the local task queued behind the holder: FIFO holds across processes. The local task gets
+/// it after the other process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_another_process_waits_for_is_not_transferred() {
+    let fx = SingleRedis::start(|b| b);
+    let other = fx.contender();
+    raw::set_backoff_floor(&other, LONG);
+    let held = Lock::new("fifo")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let other_waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let lock = Lock::new("fifo").on(&other).lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    let asked = raw::until_local(LONG, async || other.stats().busy_replies >= 2).await;
+    assert!(asked, "{:?}", other.stats());
+    let local_waiter = {
+        let backend = fx.backend().clone();
+        tokio::spawn(async move {
+            let lock = Lock::new("fifo").on(&backend).lease(Lease::Fixed(LONG));
+            lock.wait(LONG).acquire().await
+        })
+    };
+    let queued = raw::until_local(LONG, async || raw::local_waiters(fx.backend()) == 1).await;
+    assert!(queued);
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
+    assert!(
+        !local_waiter.is_finished(),
+        "the local task overtook the other process"
+    );
+    let other_token = other_guard.fencing_token();
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+    let local_guard = local_waiter.await.unwrap().unwrap();
+    assert!(local_guard.fencing_token() > other_token);
+    assert_eq!(fx.backend().stats().transferred, 0);
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+}
+
+/// A successor that leaves after its transfer ran, before it takes the lock, leaves no lock
+/// held: the lock it never took is released in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_left_before_taking_its_transfer_leaves_no_lock() {
+    let fx = SingleRedis::start(|b| b);
+    raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));
+    let (held, waiter) = held_with_a_local_waiter(fx.backend(), "left").await;
+    let released_token = held.fencing_token();
+    let release = tokio::spawn(held.release());
+    until_held_above(&fx, "left", released_token).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        !release.is_finished(),
+        "the transfer's reply was acted on before the successor left"
+    );
+    assert_eq!(release.await.unwrap().unwrap(), Released::Released);
+    let freed = common::until(&fx, Duration::from_secs(5), async || {
+        token_on_server(fx.backend(), "left").await.is_none()
+    })
+    .await;
+    assert!(freed, "the transferred lock was left held");
+    assert_eq!(fx.backend().stats().transferred, 0);
+}
+
+/// A release cancelled after its transfer ran leaves no lock held either: the transferred lock
+/// is released in the background, and the successor takes the lock by asking, with a new owner
+/// token — long before the 10 s the transferred lock would have lasted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_mid_transfer_leaves_the_successor_to_ask() {
+    let fx = SingleRedis::start(|b| b);
+    raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));
+    let (held, waiter) = held_with_a_local_waiter(fx.backend(), "cancelled").await;
+    let released_token = held.fencing_token();
+    let release = tokio::spawn(held.release());
+    until_held_above(&fx, "cancelled", released_token).await;
+    let transferred_token = token_on_server(fx.backend(), "cancelled").await.unwrap();
+    release.abort();
+    assert!(release.await.unwrap_err().is_cancelled());
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the successor waited for the transferred lock to expire")
+        .unwrap()
+        .unwrap();
+    assert_eq!(fx.backend().stats().transferred, 0);
+    assert!(guard.fencing_token() > transferred_token);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(token_on_server(fx.backend(), "cancelled").await, None);
+}
+
+/// A transfer whose reply was lost is asked again, and the retry answers as the transfer did:
+/// the lock is the successor's, and the release reports it released (not taken over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_transfer_reply_is_answered_alike_when_asked_again() {
+    let fx = SingleRedis::start(|b| b);
+    raw::lose_first_transfer_replies(fx.backend());
+    let (held, waiter) = held_with_a_local_waiter(fx.backend(), "lost").await;
+    let scripts = command_calls(&fx.server, "evalsha");
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    assert_eq!(command_calls(&fx.server, "evalsha") - scripts, 2);
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (stats.transferred, stats.release_found_foreign),
+        (1, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        token_on_server(fx.backend(), "lost").await,
+        Some(guard.fencing_token())
+    );
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
