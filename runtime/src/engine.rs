@@ -1,6 +1,6 @@
 //! The engine boundary: the trait every lock engine implements and the values it answers with.
 //!
-//! A leaf: it imports only leaves (owner tokens, release watches, doctor findings), never the
+//! A leaf: it imports only leaves (owner tokens, release watches and successors, doctor findings), never the
 //! backend handle, the watchdog or anything else that sits above an engine. Engines are built by
 //! their own constructors (`engines/`) and handed to a [`Backend`](crate::Backend).
 

@@ -11,8 +11,10 @@
 //! Each key's local turn passes on as soon as the key's release request is on its way: the next
 //! local waiter's acquire follows it on the same ordered connection, so the server runs the
 //! release first and the waiter finds the key free — one round trip after the release, not two.
-//! Where the engine can, the release instead transfers the lock to that waiter in the same
-//! script (a local transfer: one script per local handoff, and the turn passes with the lock).
+//! Where the engine can, a foreground release instead transfers the lock to that waiter in the
+//! same script (a local transfer: one script per local handoff, and the turn passes with the
+//! lock); a lock another process waits for is not transferred, and its turn passes once the
+//! server has answered.
 //! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;

@@ -287,11 +287,6 @@ impl Node {
         self
     }
 
-    /// The client of the server this node talks to now (for Sentinel: the primary the sentinels
-    /// name, asked for if no connection is open), for connections of other kinds (pub/sub).
-    ///
-    /// # Cancel safety
-    /// Dropping the future abandons the lookup; nothing is left half done.
     /// Whether a release may grant the lock to someone in the same step (a handover to the next
     /// waiter, a local transfer): not with replica acknowledgement, whose grants must each be
     /// acknowledged, nor on Redlock's masters, which must each decide alike.
@@ -299,6 +294,11 @@ impl Node {
         self.handoff.is_some()
     }
 
+    /// The client of the server this node talks to now (for Sentinel: the primary the sentinels
+    /// name, asked for if no connection is open), for connections of other kinds (pub/sub).
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the lookup; nothing is left half done.
     pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
         match self.connection().await {
             Ok(Bound {
