@@ -18,7 +18,7 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{handoff_window, settle_release, Node, ReleaseReply};
+use super::node::{handoff_window, settle_release, settle_transfer, Node};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
@@ -366,15 +366,12 @@ impl Engine for ClusterEngine {
                     .release(&names, owner, granted, self.fence_counter_ttl, window)
                     .await?
             };
-            match reply {
-                ReleaseReply::Transferred { fence } => Ok(Transfer::Granted { fence }),
-                reply => Ok(Transfer::Released(settle_release(
-                    reply,
-                    &self.publish_refused,
-                    &self.prefix,
-                    &names.lock,
-                ))),
-            }
+            Ok(settle_transfer(
+                reply,
+                &self.publish_refused,
+                &self.prefix,
+                &names.lock,
+            ))
         })
     }
 

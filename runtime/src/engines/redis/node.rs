@@ -17,7 +17,7 @@ use super::sentinel::SentinelTarget;
 pub(crate) use super::timeouts::Timeouts;
 use super::tls::{self, TlsFiles};
 use crate::engine::{
-    Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
+    Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
 use crate::error::LockError;
 use crate::key::KeyNames;
@@ -766,16 +766,8 @@ impl Node {
             granted,
             ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
-        let mut answers = self
-            .release_calls(
-                std::slice::from_ref(&item),
-                fence_counter_ttl,
-                handoff_window,
-            )
-            .await?;
-        answers
-            .pop()
-            .ok_or_else(|| unexpected("release", "no answer"))
+        self.release_call(item, fence_counter_ttl, handoff_window)
+            .await
     }
 
     /// Releases `owner`'s lock and transfers it to `successor` in the same script unless
@@ -796,8 +788,22 @@ impl Node {
             successor: Some(successor.clone()),
             ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
+        self.release_call(item, fence_counter_ttl, handoff_window)
+            .await
+    }
+
+    /// [`release_calls`](Self::release_calls) for one lock: its answer.
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    async fn release_call(
+        &self,
+        item: ReleaseCall,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
         let mut answers = self
-            .release_by_script(
+            .release_calls(
                 std::slice::from_ref(&item),
                 fence_counter_ttl,
                 handoff_window,
@@ -1327,6 +1333,20 @@ pub(crate) fn settle_release(
         }
         // Only a call naming a successor is transferred: ours until then.
         ReleaseReply::Transferred { .. } => Ownership::Ours,
+    }
+}
+
+/// What a release naming a successor did, for one server's engine ([`settle_release`] when it
+/// was not transferred).
+pub(crate) fn settle_transfer(
+    reply: ReleaseReply,
+    reported: &AtomicBool,
+    prefix: &str,
+    lock: &str,
+) -> Transfer {
+    match reply {
+        ReleaseReply::Transferred { fence } => Transfer::Granted { fence },
+        reply => Transfer::Released(settle_release(reply, reported, prefix, lock)),
     }
 }
 

@@ -10,7 +10,7 @@ use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
 use super::keyspace;
 use super::node::{
-    settle_release, LockCall, Node, ReleaseCall, ReleaseReply, ReplicaAck, Timeouts,
+    settle_release, settle_transfer, LockCall, Node, ReleaseCall, ReplicaAck, Timeouts,
 };
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
@@ -194,15 +194,13 @@ impl Engine for RedisEngine {
                 successor: self.transfers().then(|| successor.clone()),
                 ..ReleaseCall::plain(lock.clone(), owner.clone())
             };
-            match self.releases.submit(call).await? {
-                ReleaseReply::Transferred { fence } => Ok(Transfer::Granted { fence }),
-                reply => Ok(Transfer::Released(settle_release(
-                    reply,
-                    &self.publish_refused,
-                    &self.prefix,
-                    &lock,
-                ))),
-            }
+            let reply = self.releases.submit(call).await?;
+            Ok(settle_transfer(
+                reply,
+                &self.publish_refused,
+                &self.prefix,
+                &lock,
+            ))
         })
     }
 
