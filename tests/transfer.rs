@@ -234,7 +234,16 @@ async fn a_release_cancelled_mid_transfer_leaves_the_successor_to_ask() {
         .expect("the successor waited for the transferred lock to expire")
         .unwrap()
         .unwrap();
-    assert_eq!(fx.backend().stats().transferred, 0);
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (
+            stats.transferred,
+            stats.release_found_foreign,
+            stats.release_found_expired
+        ),
+        (0, 0, 0),
+        "{stats:?}"
+    );
     assert!(guard.fencing_token() > transferred_token);
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     assert_eq!(token_on_server(fx.backend(), "cancelled").await, None);

@@ -1,6 +1,8 @@
 //! Acquiring one key: take the process-local turn, then contend on the server — one round trip
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
-//! same-owner retries when a reply is lost.
+//! same-owner retries when a reply is lost. A turn may come with the lock already granted: the
+//! previous local holder's release transferred it (*Local transfer* in docs/design.md), and the
+//! task holds it without asking the server.
 
 use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
@@ -454,6 +456,6 @@ impl Drop for Attempt<'_> {
             self.ttl,
             self.turn.take(),
         );
-        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
+        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), 1);
     }
 }

@@ -199,6 +199,8 @@ impl Lock {
     ///   passes on once the server has seen that release;
     /// - waiting for a busy lock (subscribed to its release notifications): the turn passes on
     ///   at once and the subscription goes with the last local waiter;
+    /// - handed a turn that carries a lock transferred by the previous local holder, before
+    ///   taking it: that lock is released in the background and the turn passes on;
     /// - with some keys of a multi-key lock taken: they are released in the background.
     ///
     /// A background release needs a tokio runtime to run on; with none left (the runtime is
@@ -226,7 +228,8 @@ impl Lock {
     /// `select!`) at any point leaves no lock held for longer than one round trip plus a small
     /// margin: while acquiring, as for [`acquire`](Self::acquire); during the body, the body is
     /// dropped, renewal stops at once and the lock is released in the background; with the
-    /// release in flight, the release is finished in the background. The watchdog never renews
+    /// release in flight, the release is finished in the background (a lock it may have
+    /// transferred to the next local task first, then its own). The watchdog never renews
     /// for a dropped call. With no runtime left to run a background release, the lock expires
     /// by its TTL (counted in
     /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire)).

@@ -74,6 +74,7 @@ pub(crate) async fn release_all(
         backend,
         leases: leases.into(),
         front_sent: false,
+        transfer: None,
     };
     let mut worst = Released::Released;
     let mut first_error = None;
@@ -81,7 +82,10 @@ pub(crate) async fn release_all(
         // From here on the front key's release may have run on the server.
         rest.front_sent = true;
         let outcome = match successor_to_transfer_to(backend, lease) {
-            Some((ticket, successor)) => transfer_one(backend, lease, ticket, successor).await,
+            Some((ticket, successor)) => {
+                rest.transfer = Some(SuccessorLock::pledged(backend, lease, successor));
+                transfer_one(backend, lease, ticket, &mut rest.transfer).await
+            }
             None => pass_turn_once_sent(lease, release_one(backend, lease, false)).await,
         };
         rest.front_sent = false;
@@ -95,7 +99,9 @@ pub(crate) async fn release_all(
             Ok(other) => worst = other,
             Err(err) => {
                 // Its request may have run (a lost reply): the retries count "gone" as released.
-                release_in_background(backend.clone(), [lease].into(), true);
+                let mut leases = VecDeque::from([lease]);
+                let sent = successor_first(&mut rest.transfer, &mut leases, 1);
+                release_in_background(backend.clone(), leases, sent);
                 first_error.get_or_insert(err);
             }
         }
@@ -147,16 +153,20 @@ fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64
 /// on with the lock; a lock released instead passes it once the server has answered, and its
 /// receiver asks for the lock.
 ///
+/// `transfer` holds the lock the transfer may grant to the successor; it is taken out when the
+/// outcome is known, and left in place when the release fails (the caller then releases that
+/// lock, and this lease's, in the background: [`successor_first`]).
+///
 /// # Cancel safety
-/// Dropped with a transfer in flight (or its reply lost), the successor's possible lock is
-/// released in the background ([`SuccessorLock`]'s `Drop`) — the successor never uses the
-/// owner token it pledged unless the lock comes with its turn — and `release_all` hands this
-/// lease's key to a background release, which passes the turn on once the server has seen it.
+/// Dropped with a transfer in flight (or its reply lost), the successor's possible lock stays in
+/// `transfer`, and `release_all` hands it, and then this lease's key, to one background release —
+/// the successor never uses the owner token it pledged unless the lock comes with its turn — which
+/// passes the turn on once the server has seen this lease's release.
 async fn transfer_one(
     backend: &Backend,
     lease: &HeldLease,
     ticket: u64,
-    successor: Successor,
+    transfer: &mut Option<SuccessorLock>,
 ) -> Result<Released, LockError> {
     let span = tracing::info_span!(
         "distlock.release",
@@ -166,20 +176,14 @@ async fn transfer_one(
         transfer = true,
     );
     async {
-        // Valid from the first send: the server grants no earlier than that.
-        let mut pending = SuccessorLock {
-            backend: backend.clone(),
-            key: lease.key.clone(),
-            labels: lease.labels.clone(),
-            successor: Some(successor),
-            fence: 0,
-            since: Instant::now(),
-        };
         let mut reply_lost = false;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let successor = pending.successor.as_ref().expect("taken only on return");
+            let successor = transfer
+                .as_ref()
+                .and_then(|pending| pending.successor.as_ref())
+                .expect("taken only on return");
             let outcome = backend
                 .inner
                 .engine
@@ -198,6 +202,7 @@ async fn transfer_one(
                             continue;
                         }
                     }
+                    let mut pending = transfer.take().expect("taken only on return");
                     pending.fence = fence;
                     Stats::bump(&backend.inner.stats.released);
                     metrics::released(&lease.labels, Released::Released.label());
@@ -207,7 +212,9 @@ async fn transfer_one(
                 Ok(Transfer::Released(found)) => {
                     // Not transferred (a transfer that ran would answer so again): the
                     // successor's token holds nothing.
-                    pending.successor = None;
+                    if let Some(mut pending) = transfer.take() {
+                        pending.successor = None;
+                    }
                     lease.pass_turn();
                     return Ok(settled(backend, lease, found, reply_lost));
                 }
@@ -222,8 +229,9 @@ async fn transfer_one(
 
 /// A lock that a transfer granted, or may have granted, to a local successor: the releasing
 /// call's until it passes the turn on with it, then the turn's receiver's. Dropped unclaimed —
-/// the releasing call was cancelled mid-transfer, or the successor left before taking it — it
-/// is released in the background with the successor's owner token.
+/// the successor left before taking it — it is released in the background with the successor's
+/// owner token; a releasing call that never learnt the transfer's outcome releases it ahead of
+/// its own lock instead ([`successor_first`]).
 struct SuccessorLock {
     backend: Backend,
     key: String,
@@ -235,6 +243,55 @@ struct SuccessorLock {
     since: Instant,
 }
 
+impl SuccessorLock {
+    /// The lock a transfer of `lease`'s key to `successor`, sent from now on, may grant.
+    fn pledged(backend: &Backend, lease: &HeldLease, successor: Successor) -> SuccessorLock {
+        SuccessorLock {
+            backend: backend.clone(),
+            key: lease.key.clone(),
+            labels: lease.labels.clone(),
+            successor: Some(successor),
+            fence: 0,
+            // Valid from the first send: the server grants no earlier than that.
+            since: Instant::now(),
+        }
+    }
+
+    /// The lock as a lease to release, if it may still be held: the successor's owner token, in
+    /// an unconfirmed lease (whose release counts any finding as done).
+    fn unclaimed(&mut self) -> Option<HeldLease> {
+        let successor = self.successor.take()?;
+        Some(HeldLease::unconfirmed(
+            self.backend.inner.stats.clone(),
+            self.labels.clone(),
+            std::mem::take(&mut self.key),
+            successor.owner,
+            LockKind::Exclusive,
+            successor.ttl,
+            None,
+        ))
+    }
+}
+
+/// Puts the lock that an unfinished `transfer` may have granted ahead of `leases` (whose first
+/// `sent` keys' releases may have run), and returns how many keys at the front may now have run.
+/// Released in that order by one background task, the successor's lock is gone before the
+/// holder's release looks at the key — otherwise that release would find the successor's lock and
+/// report the key taken over.
+fn successor_first(
+    transfer: &mut Option<SuccessorLock>,
+    leases: &mut VecDeque<Arc<HeldLease>>,
+    sent: usize,
+) -> usize {
+    match transfer.take().as_mut().and_then(SuccessorLock::unclaimed) {
+        Some(successor) => {
+            leases.push_front(Arc::new(successor));
+            sent + 1
+        }
+        None => sent,
+    }
+}
+
 impl Transferred for SuccessorLock {
     fn claim(mut self: Box<Self>) -> (Owner, u64, Instant) {
         let successor = self.successor.take().expect("claimed once");
@@ -244,19 +301,9 @@ impl Transferred for SuccessorLock {
 
 impl Drop for SuccessorLock {
     fn drop(&mut self) {
-        let Some(successor) = self.successor.take() else {
-            return;
-        };
-        let lease = HeldLease::unconfirmed(
-            self.backend.inner.stats.clone(),
-            self.labels.clone(),
-            std::mem::take(&mut self.key),
-            successor.owner,
-            LockKind::Exclusive,
-            successor.ttl,
-            None,
-        );
-        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
+        if let Some(lease) = self.unclaimed() {
+            release_in_background(self.backend.clone(), [Arc::new(lease)].into(), 1);
+        }
     }
 }
 
@@ -266,24 +313,24 @@ struct Unreleased<'a> {
     leases: VecDeque<Arc<HeldLease>>,
     /// The front key's release request may have reached the server.
     front_sent: bool,
+    /// The lock the front key's transfer, in flight, may have granted to the next local task.
+    transfer: Option<SuccessorLock>,
 }
 
 impl Drop for Unreleased<'_> {
     fn drop(&mut self) {
-        if !self.leases.is_empty() {
-            release_in_background(
-                self.backend.clone(),
-                std::mem::take(&mut self.leases),
-                self.front_sent,
-            );
+        let mut leases = std::mem::take(&mut self.leases);
+        let sent = successor_first(&mut self.transfer, &mut leases, self.front_sent.into());
+        if !leases.is_empty() {
+            release_in_background(self.backend.clone(), leases, sent);
         }
     }
 }
 
 /// Releases `leases` on a task of the current runtime, for a caller that cannot wait: a guard
 /// dropped without [`LockGuard::release`](crate::LockGuard::release), a cancelled call, an
-/// acquire whose reply was lost. `front_sent`: the first key's release (or, for an unconfirmed
-/// lease, its acquire) may already have run.
+/// acquire whose reply was lost. `sent`: how many keys at the front may already have been
+/// released (or, for an unconfirmed lease, acquired) by a request whose reply never came.
 ///
 /// An engine that answers at once (the in-process map) is released right here, runtime or not.
 /// Otherwise, without a runtime to run it (outside one, or while it shuts down) the keys are left
@@ -291,7 +338,7 @@ impl Drop for Unreleased<'_> {
 pub(crate) fn release_in_background(
     backend: Backend,
     leases: VecDeque<Arc<HeldLease>>,
-    front_sent: bool,
+    sent: usize,
 ) {
     let stats = &backend.inner.stats;
     stats
@@ -301,7 +348,7 @@ pub(crate) fn release_in_background(
     let rest = Abandoned { backend, leases };
     if rest.backend.inner.engine.answers_at_once() {
         // The in-process map: release here and now, runtime or not.
-        rest.finish(front_sent)
+        rest.finish(sent)
             .now_or_never()
             .expect("an engine that answers at once answered");
         return;
@@ -309,7 +356,7 @@ pub(crate) fn release_in_background(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // `rest` counts the keys as left to expire.
     };
-    runtime.spawn(rest.finish(front_sent));
+    runtime.spawn(rest.finish(sent));
 }
 
 /// Keys of a background release still to do. Dropped before the end — the runtime shut down
@@ -331,14 +378,13 @@ impl Abandoned {
     /// Runs as a spawned task (or at once, for an engine that answers at once), never dropped by a
     /// caller. Dropped by its runtime shutting down, the keys not yet done — the one in flight
     /// included — are counted as left to expire (`Abandoned`'s `Drop`) and expire by their TTL.
-    async fn finish(mut self, front_sent: bool) {
-        let mut maybe_released = front_sent;
+    async fn finish(mut self, mut sent: usize) {
         while let Some(lease) = self.leases.front().cloned() {
-            let released = release_one(&self.backend, &lease, maybe_released).await;
+            let released = release_one(&self.backend, &lease, sent > 0).await;
             // Done with (or handed to its own retries): no longer this task's to count as left
             // to expire.
             self.leases.pop_front();
-            maybe_released = false;
+            sent = sent.saturating_sub(1);
             lease.pass_turn();
             if let Err(failure) = released {
                 let backend = self.backend.clone();

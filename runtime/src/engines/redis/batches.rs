@@ -109,33 +109,13 @@ impl Batched for ReleaseBatch {
         )
     }
 
-    /// A release is done whether or not its caller is still there; a lock transferred to a
-    /// successor is released again, since only the caller could have handed it over (the
-    /// successor never asks with the token a transfer pledged).
-    fn abandoned(self: &Arc<Self>, item: ReleaseCall, answer: ReleaseReply) {
-        if let ReleaseReply::Transferred { .. } = answer {
-            self.release_successor(item);
-        }
-    }
+    /// A release is done whether or not its caller is still there. Nor is a transfer undone
+    /// here: a caller that leaves before learning a transfer's outcome releases the lock the
+    /// transfer may have granted itself, ahead of its own (`release.rs`), so that the two
+    /// releases run in order.
+    fn abandoned(self: &Arc<Self>, _item: ReleaseCall, _answer: ReleaseReply) {}
 
-    /// The caller that left hands its unconfirmed release to a background task of its own
-    /// (`release.rs`), which sends it again; a transfer that may have run is undone here.
-    fn abandoned_unanswered(self: &Arc<Self>, item: ReleaseCall) {
-        self.release_successor(item);
-    }
-}
-
-impl ReleaseBatch {
-    /// Releases the lock `item` may have transferred to its successor, if it names one.
-    fn release_successor(self: &Arc<Self>, item: ReleaseCall) {
-        if let Some(successor) = item.successor {
-            let call = ReleaseCall::plain(item.lock, successor.owner);
-            release_left_behind(
-                self.node.clone(),
-                self.fence_counter_ttl,
-                call,
-                successor.ttl,
-            );
-        }
-    }
+    /// The caller that left hands its unconfirmed release — and the lock a transfer in it may
+    /// have granted — to a background task of its own (`release.rs`), which sends it again.
+    fn abandoned_unanswered(self: &Arc<Self>, _item: ReleaseCall) {}
 }

@@ -10,7 +10,8 @@
 //!
 //! A queued caller that leaves still has its item sent with the next batch (items are not taken
 //! back from the queue: the batch may already be on its way); [`Batched::abandoned`] then undoes
-//! what the item did — a granted acquire is released.
+//! what the item did — a granted acquire is released (a release, done either way, needs nothing
+//! undone).
 
 use crate::engine::{EngineFailure, EngineResult};
 use futures_util::future::BoxFuture;
