@@ -9,7 +9,7 @@ mod common;
 use common::{Fixture, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
-use distlock_test_support::{FaultProxy, RedisServer, Reply};
+use distlock_test_support::{wait_until, FaultProxy, RedisServer, Reply, Wake};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
@@ -214,6 +214,46 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
     assert!(back_at >= released_again, "held while the other waiter did");
     assert!(back.fencing_token() > second_token);
     back.release().await.unwrap();
+}
+
+/// A next waiter that stops asking (its process cut off from the server while it waits) loses its
+/// place when its grant time runs out: the release frees the lock, as for any waited-on lock,
+/// instead of handing it to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_waiter_that_stopped_asking_is_not_handed_the_lock() {
+    let fx = SingleRedis::start(|b| b);
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let vanishing = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .holder_label("vanishing-process")
+        .build()
+        .unwrap();
+    let holder = Lock::new("stopped")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let vanished = spawn_long_waiter(&vanishing, "stopped");
+    until_next_waiter(&fx.server, "stopped", Some("vanishing-process")).await;
+    proxy.blackhole(true);
+    // Its place expires by itself: woken by the expiry, not by a command.
+    let gone = wait_until(
+        &[&fx.server],
+        Wake::CommandsAndExpiries,
+        Duration::from_secs(5),
+        async || next_waiter(&fx.server, "stopped").is_none(),
+    )
+    .await;
+    assert!(gone, "the vanished waiter's place never ran out");
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    assert_eq!(
+        fx.backend().inspect("stopped").await.unwrap(),
+        None,
+        "the lock went to a waiter that had stopped asking"
+    );
+    vanished.abort();
+    proxy.blackhole(false);
 }
 
 /// A key's subscription travels with its local turn: the next local task does not subscribe
