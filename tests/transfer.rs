@@ -1,14 +1,17 @@
 //! Local transfers against real servers: a release whose lock nobody else waits for grants it,
 //! in the same script, to the task of the same process queued behind the holder — one script
-//! per local handoff instead of a release and an acquire, and the turn passes with the lock.
+//! per local handoff instead of a release and an acquire, and the turn passes with the lock. A
+//! release that hands the lock to another process's waiter makes that task the next waiter
+//! after it, in the same script, and the turn passes with that place.
 //! Every way the transfer can be interrupted (the successor leaves, the releasing call is
 //! cancelled, a reply is lost) leaves no lock held for longer than a round trip.
 
 mod common;
 
-use common::{command_calls, Fixture, SingleRedis};
+use common::{command_calls, Fixture, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
+use distlock_test_support::Reply;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -17,23 +20,14 @@ const LONG: Duration = Duration::from_secs(10);
 
 /// Holds `key` on `backend` with a long fixed lease and queues a task of the same backend
 /// behind it (returns once it is queued): the holder, and the queued task.
-async fn held_with_a_local_waiter(
-    backend: &Backend,
-    key: &'static str,
-) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
+async fn held_with_a_local_waiter(backend: &Backend, key: &'static str) -> (LockGuard, Waiter) {
     let held = Lock::new(key)
         .on(backend)
         .lease(Lease::Fixed(LONG))
         .acquire()
         .await
         .unwrap();
-    let waiter = {
-        let backend = backend.clone();
-        tokio::spawn(async move {
-            let lock = Lock::new(key).on(&backend).lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
+    let waiter = spawn_waiter(backend, key);
     let queued = raw::until_local(LONG, async || raw::local_waiters(backend) == 1).await;
     assert!(queued, "the second task never queued behind the first");
     (held, waiter)
@@ -143,38 +137,76 @@ async fn a_transfer_is_one_script_and_announces_nothing() {
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
 
-/// A lock another process waits for goes to that process (its next waiter) at the release, not
-/// to the local task queued behind the holder: FIFO holds across processes. The local task gets
-/// it after the other process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_another_process_waits_for_is_not_transferred() {
-    let fx = SingleRedis::start(|b| b);
+/// `key`'s next waiter as the server records it (`acquire.lua`'s `:next`:
+/// `<grant ms> <owner>[ <label>]`), if any.
+fn next_waiter(fx: &SingleRedis, key: &str) -> Option<String> {
+    match fx
+        .server
+        .command(&["GET", &format!("{PREFIX}:{{{key}}}:next")])
+    {
+        Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        _ => None,
+    }
+}
+
+/// The fixture's backend holds `key`, by a handover from another backend (another process),
+/// so its turn carries the key's subscription, as it does while processes take turns. Then a
+/// task of the other backend becomes the lock's next waiter, and a local task queues behind
+/// the holder. Neither backend asks again on its own (backoff floors of 10 s): only a release's
+/// message moves a waiter. Returns the holder, the other backend, its waiter and the local task.
+async fn held_with_waiters_here_and_there(
+    fx: &SingleRedis,
+    key: &'static str,
+) -> (LockGuard, Backend, Waiter, Waiter) {
     let other = fx.contender();
     raw::set_backoff_floor(&other, LONG);
-    let held = Lock::new("fifo")
-        .on(fx.backend())
+    raw::set_backoff_floor(fx.backend(), LONG);
+    let first = Lock::new(key)
+        .on(&other)
         .lease(Lease::Fixed(LONG))
         .acquire()
         .await
         .unwrap();
-    let other_waiter = {
-        let other = other.clone();
-        tokio::spawn(async move {
-            let lock = Lock::new("fifo").on(&other).lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
+    let holder = spawn_waiter(fx.backend(), key);
+    let asked = raw::until_local(LONG, async || fx.backend().stats().busy_replies >= 2).await;
+    assert!(asked, "{:?}", fx.backend().stats());
+    assert_eq!(first.release().await.unwrap(), Released::Released);
+    let held = holder.await.unwrap().unwrap();
+    assert_eq!(fx.backend().stats().handed_over, 1);
+    let other_waiter = spawn_waiter(&other, key);
     let asked = raw::until_local(LONG, async || other.stats().busy_replies >= 2).await;
     assert!(asked, "{:?}", other.stats());
-    let local_waiter = {
-        let backend = fx.backend().clone();
-        tokio::spawn(async move {
-            let lock = Lock::new("fifo").on(&backend).lease(Lease::Fixed(LONG));
-            lock.wait(LONG).acquire().await
-        })
-    };
+    let local_waiter = spawn_waiter(fx.backend(), key);
     let queued = raw::until_local(LONG, async || raw::local_waiters(fx.backend()) == 1).await;
-    assert!(queued);
+    assert!(queued, "the local task never queued behind the holder");
+    (held, other, other_waiter, local_waiter)
+}
+
+type Waiter = JoinHandle<Result<LockGuard, LockError>>;
+
+/// A task of `backend` that waits (up to 10 s) for `key` with a long fixed lease.
+fn spawn_waiter(backend: &Backend, key: &'static str) -> Waiter {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        let lock = Lock::new(key).on(&backend).lease(Lease::Fixed(LONG));
+        lock.wait(LONG).acquire().await
+    })
+}
+
+/// A lock another process waits for goes to that process (its next waiter) at the release, not
+/// to the local task queued behind the holder: FIFO holds across processes. The same script
+/// makes the local task the next waiter after it, so that task never asks: the other process's
+/// release hands the lock back to it. Two handoffs across processes, two scripts in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_another_process_waits_for_goes_to_it_and_the_local_task_queues_behind() {
+    let fx = SingleRedis::start(|b| b.holder_label("this-process"));
+    let (held, other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "fifo").await;
+    let (scripts, publishes) = (
+        command_calls(&fx.server, "evalsha"),
+        command_calls(&fx.server, "publish"),
+    );
+    let asked = fx.backend().stats().busy_replies;
     assert_eq!(held.release().await.unwrap(), Released::Released);
     let other_guard = other_waiter.await.unwrap().unwrap();
     assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
@@ -182,12 +214,65 @@ async fn a_lock_another_process_waits_for_is_not_transferred() {
         !local_waiter.is_finished(),
         "the local task overtook the other process"
     );
+    let next = next_waiter(&fx, "fifo").expect("the local task is the next waiter");
+    assert!(next.ends_with(" this-process"), "{next}");
     let other_token = other_guard.fencing_token();
     assert_eq!(other_guard.release().await.unwrap(), Released::Released);
-    let local_guard = local_waiter.await.unwrap().unwrap();
+    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
+        .await
+        .expect("the local task missed its handover")
+        .unwrap()
+        .unwrap();
     assert!(local_guard.fencing_token() > other_token);
-    assert_eq!(fx.backend().stats().transferred, 0);
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (
+            stats.transferred,
+            stats.handed_over,
+            stats.busy_replies - asked
+        ),
+        (0, 2, 0),
+        "the local task was handed the lock without asking: {stats:?}"
+    );
+    assert_eq!(command_calls(&fx.server, "evalsha") - scripts, 2);
+    assert_eq!(command_calls(&fx.server, "publish") - publishes, 2);
     assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+    assert_eq!(token_on_server(fx.backend(), "fifo").await, None);
+}
+
+/// A local task that leaves after the release made it the next waiter, before it takes that
+/// place, gives the place up in the background: the other process's release then frees the
+/// lock instead of handing it to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successor_that_left_before_taking_its_place_gives_it_up() {
+    // A place that lasts 10 s (3 × max_backoff, at most the TTL): only giving it up ends it
+    // within the test.
+    let fx = SingleRedis::start(|b| b.max_backoff(Duration::from_secs(5)));
+    raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));
+    let (held, _other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "place").await;
+    let release = tokio::spawn(held.release());
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert!(
+        next_waiter(&fx, "place").is_some(),
+        "the local task was not queued"
+    );
+    local_waiter.abort();
+    assert!(local_waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        !release.is_finished(),
+        "the release's reply was acted on before the local task left"
+    );
+    assert_eq!(release.await.unwrap().unwrap(), Released::Released);
+    let given_up = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            next_waiter(&fx, "place").is_none()
+        })
+        .await;
+    assert!(given_up, "the place of a task that left was kept");
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+    assert_eq!(token_on_server(fx.backend(), "place").await, None);
 }
 
 /// A successor that leaves after its transfer ran, before it takes the lock, leaves no lock

@@ -2,7 +2,8 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost. A turn may come with the lock already granted: the
 //! previous local holder's release transferred it (*Local transfer* in docs/design.md), and the
-//! task holds it without asking the server.
+//! task holds it without asking the server; or with a place as the lock's next waiter (that
+//! release handed the lock to another process), and the task waits for its handover first.
 
 use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
@@ -16,7 +17,7 @@ use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::release::release_in_background;
 use crate::stats::Stats;
-use crate::wait::{Backoff, ReleaseWatch, Turn};
+use crate::wait::{Backoff, Claimed, ReleaseWatch, Turn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -64,14 +65,30 @@ impl Request<'_> {
                 let Some(mut turn) = waiting_gauge.unless_ready(enter).await else {
                     return Err(self.busy(key));
                 };
-                if let Some((owner, fence, since)) = turn.take_transferred() {
+                match turn.take_transferred() {
                     // The previous holder's release transferred the lock to this task.
-                    return Ok(self.transferred(key, owner, fence, since, turn));
+                    Some(Claimed::Lock {
+                        owner,
+                        fence,
+                        since,
+                    }) => return Ok(self.transferred(key, owner, fence, since, turn)),
+                    // It handed the lock to another process, and made this task the next
+                    // waiter after it: this task waits for the handover, without asking first.
+                    Some(Claimed::Place {
+                        owner,
+                        since,
+                        grant,
+                    }) => {
+                        let mut attempt = Attempt::new(self, key, owner, Some(turn), waiting_gauge);
+                        attempt.next = Some((since, grant));
+                        return self.contend(attempt, Some((since, grant))).await;
+                    }
+                    None => {}
                 }
                 Some(turn)
             };
-            self.contend(Attempt::new(self, key, turn, waiting_gauge))
-                .await
+            let attempt = Attempt::new(self, key, Owner::random(), turn, waiting_gauge);
+            self.contend(attempt, None).await
         }
         .instrument(span)
         .await
@@ -118,7 +135,8 @@ impl Request<'_> {
     }
 
     /// Contends for the key on the server until it is acquired, the wait budget is spent or a
-    /// failure ends the call.
+    /// failure ends the call. `placed`: the attempt is the lock's next waiter already (made so
+    /// by a request sent at that instant, for that grant time), and waits before it asks.
     ///
     /// # Cancel safety
     /// Dropping the future drops `attempt`: with a request in flight, a reply lost, or its place
@@ -126,7 +144,11 @@ impl Request<'_> {
     /// whatever that request may have taken or been handed over (and gives the place up);
     /// otherwise nothing is held and the turn passes on at once. A waiting writer's intent left
     /// on the server lapses within `WRITER_INTENT` (500 ms).
-    async fn contend(&self, mut attempt: Attempt<'_>) -> Result<Arc<HeldLease>, LockError> {
+    async fn contend(
+        &self,
+        mut attempt: Attempt<'_>,
+        mut placed: Option<(Instant, Duration)>,
+    ) -> Result<Arc<HeldLease>, LockError> {
         let inner = &self.backend.inner;
         let engine = &*inner.engine;
         // Made on the first busy reply or failure.
@@ -136,42 +158,60 @@ impl Request<'_> {
         let mut subscribed_since_last_wait = false;
         // A caller with no wait budget tries once; one that waits becomes `Waiting` at its first
         // busy reply, and a lock released to notified waiters is then its as much as theirs.
+        let asked_at_once = placed.is_none();
         let mut asker = if self.remaining() == Some(Duration::ZERO) {
             Asker::Once
         } else {
             Asker::WillWait
         };
         loop {
-            attempts += 1;
             // Before the request: its reply may make this attempt the next waiter, and the
             // handover's message can overtake that reply (another connection).
             attempt.expect_handover();
-            let sent_at = Instant::now();
-            attempt.in_flight = true;
-            let outcome = engine
-                .acquire(
-                    &attempt.key,
-                    &attempt.owner,
-                    self.terms.ttl,
-                    asker,
-                    self.terms.kind,
-                )
-                .await;
-            #[cfg(feature = "__test-hooks")]
-            {
-                let delay = hooks::read(&inner.hooks).acquire_reply_delay;
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+            let asked = placed.is_none();
+            let (outcome, sent_at) = match placed.take() {
+                // Already the next waiter: as if the server had just said so.
+                Some((since, grant)) => {
+                    let answer = Acquired::Busy {
+                        ttl: None,
+                        reserved: false,
+                        next: Some(grant),
+                    };
+                    (Ok(answer), since)
                 }
-            }
-            attempt.in_flight = false;
+                None => {
+                    attempts += 1;
+                    let sent_at = Instant::now();
+                    attempt.in_flight = true;
+                    let outcome = engine
+                        .acquire(
+                            &attempt.key,
+                            &attempt.owner,
+                            self.terms.ttl,
+                            asker,
+                            self.terms.kind,
+                        )
+                        .await;
+                    #[cfg(feature = "__test-hooks")]
+                    {
+                        let delay = hooks::read(&inner.hooks).acquire_reply_delay;
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
+                    }
+                    attempt.in_flight = false;
+                    (outcome, sent_at)
+                }
+            };
             let span = tracing::Span::current();
             span.record("attempts", attempts);
             span.record("waited_us", self.started.elapsed().as_micros() as u64);
             match outcome {
                 Ok(Acquired::Yes { fence }) => {
                     Stats::bump(&inner.stats.acquired);
-                    return Ok(attempt.claim(self, fence, sent_at, attempts == 1));
+                    // A first try's grant, unless this attempt was queued before it asked.
+                    let first_try = attempts == 1 && asked_at_once;
+                    return Ok(attempt.claim(self, fence, sent_at, first_try));
                 }
                 Ok(Acquired::Unreplicated {
                     acknowledged,
@@ -191,7 +231,9 @@ impl Request<'_> {
                     reserved,
                     next,
                 }) => {
-                    Stats::bump(&inner.stats.busy_replies);
+                    if asked {
+                        Stats::bump(&inner.stats.busy_replies);
+                    }
                     if let Some(grant) = next {
                         // The lock's next waiter: its release hands it over to this attempt.
                         attempt.next = Some((sent_at, grant));
@@ -370,6 +412,7 @@ impl<'a> Attempt<'a> {
     fn new(
         request: &Request<'a>,
         key: String,
+        owner: Owner,
         turn: Option<Turn>,
         waiting_gauge: Waiting<'a>,
     ) -> Self {
@@ -377,7 +420,7 @@ impl<'a> Attempt<'a> {
             backend: request.backend,
             labels: request.labels,
             key,
-            owner: Owner::random(),
+            owner,
             turn,
             own_watch: None,
             kind: request.terms.kind,

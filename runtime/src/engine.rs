@@ -83,6 +83,11 @@ pub(crate) enum Ownership {
 pub(crate) enum Transfer {
     /// The lock is the successor's now, with this fencing token.
     Granted { fence: u64 },
+    /// Handed over to another process's next waiter; the successor is recorded as the next
+    /// waiter after it (with its pledged owner token, for the engine's grant time): it waits
+    /// for the handover without asking first. `grant`: how long that place, and a lock handed
+    /// over to it, lasts unless the successor asks (or confirms).
+    Queued { grant: Duration },
     /// Not transferred (others wait for the lock, or the engine does not transfer): released
     /// as [`Engine::release`] would have, with what it found.
     Released(Ownership),

@@ -186,6 +186,17 @@ impl HeldLease {
         turn.as_ref()?.successor()
     }
 
+    /// Tells the key's release subscription (the turn's, if it has one) that a handover to
+    /// `owner` may come: a release naming a successor may make it the next waiter of the lock
+    /// it hands to another process, and that process's release can hand it over before this one
+    /// has passed the turn on.
+    pub(crate) fn expect_handover_to(&self, owner: &Owner) {
+        let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(watch) = turn.as_ref().and_then(|turn| turn.watch.as_ref()) {
+            watch.expect_handover(owner.as_str());
+        }
+    }
+
     /// Passes the key's turn on with `lock`, transferred to the task of `ticket`
     /// ([`Turn::pass_transferred`]).
     pub(crate) fn pass_turn_transferred(&self, ticket: u64, lock: Box<dyn Transferred>) {

@@ -199,8 +199,11 @@ impl Lock {
     ///   passes on once the server has seen that release;
     /// - waiting for a busy lock (subscribed to its release notifications): the turn passes on
     ///   at once and the subscription goes with the last local waiter;
-    /// - handed a turn that carries a lock transferred by the previous local holder, before
-    ///   taking it: that lock is released in the background and the turn passes on;
+    /// - handed a turn that carries a lock transferred by the previous local holder (or a place
+    ///   as the lock's next waiter), before taking it: that lock is released (that place given
+    ///   up) in the background and the turn passes on;
+    /// - waiting as the lock's next waiter: the place is given up in the background (and a lock
+    ///   handed over to it meanwhile released);
     /// - with some keys of a multi-key lock taken: they are released in the background.
     ///
     /// A background release needs a tokio runtime to run on; with none left (the runtime is

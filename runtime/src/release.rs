@@ -23,16 +23,15 @@ use crate::error::LockError;
 use crate::kind::LockKind;
 use crate::lease::HeldLease;
 use crate::metrics::{self, Labels};
-use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
-use crate::wait::{retry_until, Successor, Transferred};
+use crate::wait::{retry_until, Claimed, Successor, Transferred};
 use futures_util::FutureExt;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// What a release found.
@@ -178,6 +177,9 @@ async fn transfer_one(
     async {
         let mut reply_lost = false;
         let mut attempt = 0;
+        if let Some(successor) = transfer.as_ref().and_then(|t| t.successor.as_ref()) {
+            lease.expect_handover_to(&successor.owner);
+        }
         loop {
             attempt += 1;
             let successor = transfer
@@ -189,37 +191,49 @@ async fn transfer_one(
                 .engine
                 .transfer(&lease.key, &lease.owner, successor)
                 .await;
-            match outcome {
-                Ok(Transfer::Granted { fence }) => {
-                    #[cfg(feature = "__test-hooks")]
-                    {
-                        let hooks = crate::hooks::read(&backend.inner.hooks);
-                        if !hooks.transfer_reply_delay.is_zero() {
-                            tokio::time::sleep(hooks.transfer_reply_delay).await;
-                        }
-                        if hooks.lose_first_transfer_reply && attempt == 1 {
-                            reply_lost = true;
-                            continue;
-                        }
-                    }
-                    let mut pending = transfer.take().expect("taken only on return");
-                    pending.fence = fence;
-                    Stats::bump(&backend.inner.stats.released);
-                    metrics::released(&lease.labels, Released::Released.label());
-                    lease.pass_turn_transferred(ticket, Box::new(pending));
-                    return Ok(Released::Released);
+            #[cfg(feature = "__test-hooks")]
+            if let Ok(Transfer::Granted { .. } | Transfer::Queued { .. }) = outcome {
+                let hooks = crate::hooks::read(&backend.inner.hooks);
+                if !hooks.transfer_reply_delay.is_zero() {
+                    tokio::time::sleep(hooks.transfer_reply_delay).await;
                 }
+                if hooks.lose_first_transfer_reply && attempt == 1 {
+                    reply_lost = true;
+                    continue;
+                }
+            }
+            let handed = match outcome {
+                Ok(Transfer::Granted { fence }) => Some((fence, None)),
+                Ok(Transfer::Queued { grant }) => Some((0, Some(grant))),
                 Ok(Transfer::Released(found)) => {
-                    // Not transferred (a transfer that ran would answer so again): the
-                    // successor's token holds nothing.
-                    if let Some(mut pending) = transfer.take() {
-                        pending.successor = None;
+                    let pending = transfer.take();
+                    if !reply_lost {
+                        // Neither transferred nor queued (either would answer so again): the
+                        // successor's token holds nothing.
+                        if let Some(mut pending) = pending {
+                            pending.successor = None;
+                        }
                     }
+                    // After a lost reply, a handover that queued the successor answers
+                    // "foreign" when asked again: its place is given up in the background
+                    // (the pending lock's drop), and the successor asks with a new token.
                     lease.pass_turn();
                     return Ok(settled(backend, lease, found, reply_lost));
                 }
-                Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
+                Err(failure) if attempt < MAX_FAILED_ATTEMPTS => {
+                    reply_lost |= failure.ambiguous;
+                    None
+                }
                 Err(failure) => return Err(backend.backend_error("release", failure)),
+            };
+            if let Some((fence, place)) = handed {
+                let mut pending = transfer.take().expect("taken only on return");
+                pending.fence = fence;
+                pending.place = place;
+                Stats::bump(&backend.inner.stats.released);
+                metrics::released(&lease.labels, Released::Released.label());
+                lease.pass_turn_transferred(ticket, Box::new(pending));
+                return Ok(Released::Released);
             }
         }
     }
@@ -239,6 +253,9 @@ struct SuccessorLock {
     /// Taken when the lock is claimed, or known not to have been transferred.
     successor: Option<Successor>,
     fence: u64,
+    /// The lock was handed to another process, and the successor made its next waiter for this
+    /// grant time: what the turn carries is that place, not the lock.
+    place: Option<Duration>,
     /// When the transfer was first sent: the successor's lease is valid from then.
     since: Instant,
 }
@@ -252,6 +269,7 @@ impl SuccessorLock {
             labels: lease.labels.clone(),
             successor: Some(successor),
             fence: 0,
+            place: None,
             // Valid from the first send: the server grants no earlier than that.
             since: Instant::now(),
         }
@@ -293,9 +311,20 @@ fn successor_first(
 }
 
 impl Transferred for SuccessorLock {
-    fn claim(mut self: Box<Self>) -> (Owner, u64, Instant) {
-        let successor = self.successor.take().expect("claimed once");
-        (successor.owner, self.fence, self.since)
+    fn claim(mut self: Box<Self>) -> Claimed {
+        let owner = self.successor.take().expect("claimed once").owner;
+        match self.place {
+            None => Claimed::Lock {
+                owner,
+                fence: self.fence,
+                since: self.since,
+            },
+            Some(grant) => Claimed::Place {
+                owner,
+                since: self.since,
+                grant,
+            },
+        }
     }
 }
 

@@ -7,15 +7,20 @@
 -- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
 -- ARGV[3]    the command that announces a release: PUBLISH, or SPUBLISH (sharded pub/sub, on
 --            the node owning the key's slot, in a Redis Cluster)
--- ARGV[i+3]  owner token of key i, or "<owner> <successor> <successor ttl ms>" to transfer the
---            lock to a task of the same process queued behind this holder (a local transfer)
+-- ARGV[i+3]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>" to
+--            transfer the lock to a task of the same process queued behind this holder (a local
+--            transfer), or, if it is handed over, to make that task its next waiter
 --
 -- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
 -- the next token and the successor's TTL, and the holder label of the lock it replaces (the
 -- same process's) — one script per local handoff instead of a release and an acquire. A lock
 -- others wait for ("W", "H") is released as if no successor were named: the waiters of other
--- processes come first, and the successor asks for the lock like any of them. A transfer tried
--- again after a lost reply finds the lock the successor's, and answers as the first one did.
+-- processes come first. Handed over to another process's next waiter, the lock gets the
+-- successor as its own next waiter, with the grant time given (acquire.lua's record, as the
+-- successor's first ask would have written it): the successor waits for the handover without
+-- asking, and the lock goes back and forth between processes one message each way. Otherwise
+-- the successor asks for the lock like any waiter. A transfer tried again after a lost reply
+-- finds the lock the successor's, and answers as the first one did.
 --
 -- An owner that does not hold the lock (an ended waiting call releasing whatever it may hold)
 -- stops being its next waiter.
@@ -32,6 +37,7 @@
 --       channel): the release stands, waiters elsewhere learn of it by backoff
 --   3   released and handed over to the next waiter (published, unless the server refused:
 --       the waiter then finds it its own when it next asks)
+--   6   the same, and the successor named is the handed-over lock's next waiter
 --   0   the lock is free: it expired before we released it
 --  -1   another owner holds it now (or another program wrote the key): left untouched
 --  {5, fence}  transferred to the successor, which holds it with this token
@@ -61,12 +67,14 @@ local function next_fence(last)
 end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, successor, successor_ttl = ARGV[i + 3], nil, nil
+  local owner, successor, successor_ttl, successor_grant = ARGV[i + 3], nil, nil, nil
   local split = string.find(owner, ' ', 1, true)
   if split then
     local ttl_at = string.find(owner, ' ', split + 1, true)
+    local grant_at = string.find(owner, ' ', ttl_at + 1, true)
     successor = string.sub(owner, split + 1, ttl_at - 1)
-    successor_ttl = string.sub(owner, ttl_at + 1)
+    successor_ttl = string.sub(owner, ttl_at + 1, (grant_at or 0) - 1)
+    successor_grant = grant_at and string.sub(owner, grant_at + 1)
     owner = string.sub(owner, 1, split - 1)
   end
   local value = redis.call('GET', key)
@@ -96,12 +104,23 @@ for i, key in ipairs(KEYS) do
       local waiter, split = next_waiter(key)
       if waiter and owner_at(waiter, split) ~= owner then
         -- Handed over: the waiter's lock, with the next token.
-        redis.call('DEL', key .. ':next')
         local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
         local held_as = state == 'H' and 'L' or 'W'
+        code = 3
+        if successor_grant then
+          -- The successor queues behind the waiter, labelled as this holder (same process).
+          local label_at = string.find(value, ' ', space + 1, true)
+          redis.call('SET', key .. ':next', successor_grant .. ' ' .. successor
+            .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_grant)
+          if held_as == 'L' then
+            held_as = 'H'
+          end
+          code = 6
+        else
+          redis.call('DEL', key .. ':next')
+        end
         redis.call('SET', key, held_as .. fence .. ' ' .. string.sub(waiter, split + 1), 'PX',
           string.sub(waiter, 1, split - 1))
-        code = 3
         -- pcall: refused, the grant stands all the same (the waiter finds it when it asks).
         redis.pcall(ARGV[3], key .. ':released', 'G' .. fence .. ' ' .. owner_at(waiter, split))
       else

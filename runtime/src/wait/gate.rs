@@ -40,23 +40,44 @@ struct Waiter {
 }
 
 /// What a queued task would hold the lock as: the lock a local transfer grants it is written
-/// with this owner token and TTL. The token is pledged to transfers only: a task whose turn comes
-/// without the lock asks for it with a new token, so that a transfer whose outcome its releaser
-/// never learnt (and releases in the background) can never be the lock the task relies on.
+/// with this owner token and TTL (and a place as the next waiter, recorded by a release that
+/// handed the lock to another process, names this token). The token is pledged to those only: a
+/// task whose turn comes with neither asks for the lock with a new token, so that a transfer
+/// whose outcome its releaser never learnt (and releases in the background) can never be the
+/// lock the task relies on.
 #[derive(Debug, Clone)]
 pub(crate) struct Successor {
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
 }
 
-/// A lock that a local transfer granted to a queued task, handed to it with the key's turn.
-/// The task takes it with [`claim`](Transferred::claim); dropped unclaimed (the task left after
-/// the transfer), its `Drop` releases that lock in the background. Implemented by the releasing
-/// side, which knows how to release.
+/// A lock that a local transfer granted to a queued task — or its place as the lock's next
+/// waiter — handed to it with the key's turn. The task takes it with
+/// [`claim`](Transferred::claim); dropped unclaimed (the task left after the release), its
+/// `Drop` releases that lock, or gives that place up, in the background. Implemented by the
+/// releasing side, which knows how to release.
 pub(crate) trait Transferred: Send {
-    /// Takes the lock over: the owner token it is held with (the successor's), its fencing
-    /// token, and when the transfer was sent (the lease is valid from then).
-    fn claim(self: Box<Self>) -> (Owner, u64, Instant);
+    /// Takes the lock, or the place, over.
+    fn claim(self: Box<Self>) -> Claimed;
+}
+
+/// What a turn carried, taken by its task ([`Transferred::claim`]).
+#[derive(Debug)]
+pub(crate) enum Claimed {
+    /// The lock, held with the owner token the task pledged and this fencing token, valid from
+    /// `since` (when the transfer was sent).
+    Lock {
+        owner: Owner,
+        fence: u64,
+        since: Instant,
+    },
+    /// The place as the lock's next waiter, recorded for the pledged owner token for `grant`
+    /// from the server's reply to a request sent at `since`: the lock comes by handover.
+    Place {
+        owner: Owner,
+        since: Instant,
+        grant: Duration,
+    },
 }
 
 /// The right to contend for (and then hold) one key within this process.
@@ -181,8 +202,9 @@ impl Turn {
         self.transfer = Some((ticket, lock));
     }
 
-    /// The lock transferred with this turn, if any, taken (the receiver holds it from now on).
-    pub(crate) fn take_transferred(&mut self) -> Option<(Owner, u64, Instant)> {
+    /// The lock (or place) transferred with this turn, if any, taken (the receiver holds it from
+    /// now on).
+    pub(crate) fn take_transferred(&mut self) -> Option<Claimed> {
         let (_, lock) = self.transfer.take()?;
         Some(lock.claim())
     }

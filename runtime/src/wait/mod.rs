@@ -14,5 +14,5 @@ mod gate;
 mod notify;
 
 pub(crate) use backoff::{retry_until, Backoff};
-pub(crate) use gate::{Gates, Successor, Transferred, Turn};
+pub(crate) use gate::{Claimed, Gates, Successor, Transferred, Turn};
 pub(crate) use notify::{Channels, OnIdleHook, ReleaseWatch};

@@ -68,20 +68,32 @@ impl ReleaseCall {
     }
 
     /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
-    /// token and TTL for a transfer.
-    fn script_arg(&self) -> std::borrow::Cow<'_, [u8]> {
-        match &self.successor {
-            None => self.owner.as_bytes().into(),
-            Some(successor) => format!(
-                "{} {} {}",
-                self.owner.as_str(),
-                successor.owner.as_str(),
-                successor.ttl.as_millis().max(1)
-            )
-            .into_bytes()
-            .into(),
+    /// token and TTL for a transfer and, where the server records next waiters (`handoff`, the
+    /// grant time), the successor's grant time, should the lock be handed over instead.
+    fn script_arg(&self, handoff: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
+        let Some(successor) = &self.successor else {
+            return self.owner.as_bytes().into();
+        };
+        let mut arg = format!(
+            "{} {} {}",
+            self.owner.as_str(),
+            successor.owner.as_str(),
+            successor.ttl.as_millis().max(1)
+        );
+        if let Some(grant) = handoff {
+            use std::fmt::Write;
+            let _ = write!(arg, " {}", grant_for(grant, successor.ttl).as_millis());
         }
+        arg.into_bytes().into()
     }
+}
+
+/// A next waiter's grant time for a lease of `ttl` where the engine's is `grant`, as the
+/// scripts compute it: the smaller of the two, in whole milliseconds.
+pub(crate) fn grant_for(grant: Duration, ttl: Duration) -> Duration {
+    let grant_ms = grant.as_millis().max(1);
+    let ttl_ms = ttl.as_millis().max(1);
+    Duration::from_millis(grant_ms.min(ttl_ms) as u64)
 }
 
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
@@ -116,6 +128,11 @@ pub(crate) enum ReleaseReply {
     /// Transferred to the call's successor, which holds it with this token.
     Transferred {
         fence: u64,
+    },
+    /// Handed over to another process's next waiter, with the call's successor recorded as the
+    /// next waiter after it, for this grant time.
+    Queued {
+        grant: Duration,
     },
 }
 
@@ -638,12 +655,7 @@ impl Node {
                 [4, pttl] => Ok(Acquired::Busy {
                     ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
                     reserved: false,
-                    // As the script computes it: the smaller of the two, in whole milliseconds.
-                    next: self.handoff.map(|grant| {
-                        let grant_ms = grant.as_millis().max(1);
-                        let ttl_ms = item.ttl.as_millis().max(1);
-                        Duration::from_millis(grant_ms.min(ttl_ms) as u64)
-                    }),
+                    next: self.handoff.map(|grant| grant_for(grant, item.ttl)),
                 }),
                 [3, left] => Ok(Acquired::Busy {
                     ttl: u64::try_from(left).ok().map(Duration::from_millis),
@@ -869,7 +881,10 @@ impl Node {
         let window = millis(handoff_window);
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
-            let owners: Vec<_> = scripted.iter().map(|i| items[*i].script_arg()).collect();
+            let owners: Vec<_> = scripted
+                .iter()
+                .map(|i| items[*i].script_arg(self.handoff))
+                .collect();
             let args = self.release_args(&owners, &marker_ttl, &window);
             pipe.add_command(RELEASE.evalsha(&keys, &args));
         }
@@ -901,7 +916,8 @@ impl Node {
             .and_then(|reply| reply.extract_error().ok())
             .and_then(|reply| Vec::<Value>::from_redis_value(reply).ok());
         if let Some(codes) = codes {
-            if let Ok(released) = release_replies(codes, scripted.len()) {
+            let calls = scripted.iter().map(|i| &items[*i]);
+            if let Ok(released) = release_replies(codes, calls, self.handoff) {
                 for (index, answer) in scripted.iter().zip(released) {
                     answers[*index] = Some(answer);
                 }
@@ -961,12 +977,15 @@ impl Node {
         handoff_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
-        let owners: Vec<_> = items.iter().map(ReleaseCall::script_arg).collect();
+        let owners: Vec<_> = items
+            .iter()
+            .map(|item| item.script_arg(self.handoff))
+            .collect();
         let marker_ttl = millis(fence_counter_ttl);
         let window = millis(handoff_window);
         let args = self.release_args(&owners, &marker_ttl, &window);
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
-        release_replies(codes, items.len())
+        release_replies(codes, items.iter(), self.handoff)
     }
 
     /// `shared_acquire.lua`: a reader or a permit of `lock` (already prefixed) for `owner`. With
@@ -1331,8 +1350,8 @@ pub(crate) fn settle_release(
             report_refused_publish(reported, prefix, &crate::key::channel_of(lock));
             Ownership::Ours
         }
-        // Only a call naming a successor is transferred: ours until then.
-        ReleaseReply::Transferred { .. } => Ownership::Ours,
+        // Only a call naming a successor is transferred or queued: ours until then.
+        ReleaseReply::Transferred { .. } | ReleaseReply::Queued { .. } => Ownership::Ours,
     }
 }
 
@@ -1346,6 +1365,7 @@ pub(crate) fn settle_transfer(
 ) -> Transfer {
     match reply {
         ReleaseReply::Transferred { fence } => Transfer::Granted { fence },
+        ReleaseReply::Queued { grant } => Transfer::Queued { grant },
         reply => Transfer::Released(settle_release(reply, reported, prefix, lock)),
     }
 }
@@ -1416,15 +1436,27 @@ async fn send(
     Ok((reply, Some(acknowledged)))
 }
 
-/// `release.lua`'s answer for `count` locks: a code each, or `{5, fence}` for a transfer.
-fn release_replies(codes: Vec<Value>, count: usize) -> EngineResult<Vec<ReleaseReply>> {
-    if codes.len() != count {
+/// `release.lua`'s answer for the locks of `calls`: a code each (`6`: handed over, the
+/// successor queued behind with its grant time out of `handoff`), or `{5, fence}` for a transfer.
+fn release_replies<'a>(
+    codes: Vec<Value>,
+    calls: impl ExactSizeIterator<Item = &'a ReleaseCall>,
+    handoff: Option<Duration>,
+) -> EngineResult<Vec<ReleaseReply>> {
+    if codes.len() != calls.len() {
         return Err(unexpected("release", codes));
     }
     codes
         .into_iter()
-        .map(|code| match code {
+        .zip(calls)
+        .map(|(code, call)| match code {
             Value::Int(2) => Ok(ReleaseReply::ReleasedUnannounced),
+            Value::Int(6) => match (&call.successor, handoff) {
+                (Some(successor), Some(grant)) => Ok(ReleaseReply::Queued {
+                    grant: grant_for(grant, successor.ttl),
+                }),
+                _ => Err(unexpected("release", code)),
+            },
             Value::Int(code) => Ok(ReleaseReply::Found(ownership(code))),
             Value::Array(ref pair) => match pair.as_slice() {
                 [Value::Int(5), Value::Int(fence)] => Ok(ReleaseReply::Transferred {

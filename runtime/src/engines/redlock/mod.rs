@@ -486,7 +486,9 @@ impl RedlockEngine {
             match answer {
                 // Redlock names no successor, so no master transfers.
                 Some(Ok(
-                    ReleaseReply::Found(Ownership::Ours) | ReleaseReply::Transferred { .. },
+                    ReleaseReply::Found(Ownership::Ours)
+                    | ReleaseReply::Transferred { .. }
+                    | ReleaseReply::Queued { .. },
                 )) => ours += 1,
                 Some(Ok(ReleaseReply::ReleasedUnannounced)) => {
                     report_refused_publish(&self.publish_refused, &self.prefix, &names.channel);
