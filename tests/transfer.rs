@@ -275,6 +275,41 @@ async fn a_successor_that_left_before_taking_its_place_gives_it_up() {
     assert_eq!(token_on_server(fx.backend(), "place").await, None);
 }
 
+/// A release that handed the lock over and queued the local task behind it, whose reply was
+/// lost, is asked again: the retry finds the other process's lock with the local task's pledged
+/// token as its next waiter — this release's doing, since that token is pledged to it alone — and
+/// answers as the first one did. Reported released, not taken over; the local task keeps its
+/// place and is handed the lock after the other process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_reply_of_a_release_that_handed_the_lock_over_reports_it_released() {
+    let fx = SingleRedis::start(|b| b);
+    let (held, other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "lost-queue").await;
+    raw::lose_first_transfer_replies(fx.backend());
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
+    let other_token = other_guard.fencing_token();
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
+        .await
+        .expect("the local task never got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(local_guard.fencing_token() > other_token);
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (
+            stats.release_found_foreign,
+            stats.release_found_expired,
+            stats.handed_over
+        ),
+        (0, 0, 2),
+        "{stats:?}"
+    );
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+}
+
 /// A successor that leaves after its transfer ran, before it takes the lock, leaves no lock
 /// held: the lock it never took is released in the background.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -214,8 +214,9 @@ async fn transfer_one(
                             pending.successor = None;
                         }
                     }
-                    // After a lost reply, a handover that queued the successor answers
-                    // "foreign" when asked again: its place is given up in the background
+                    // After a lost reply the successor may hold something all the same (a
+                    // transfer or queueing that ran answers so again, but the key may have
+                    // moved on since): it is released, or its place given up, in the background
                     // (the pending lock's drop), and the successor asks with a new token.
                     lease.pass_turn();
                     return Ok(settled(backend, lease, found, reply_lost));

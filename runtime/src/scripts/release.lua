@@ -20,7 +20,8 @@
 -- successor's first ask would have written it): the successor waits for the handover without
 -- asking, and the lock goes back and forth between processes one message each way. Otherwise
 -- the successor asks for the lock like any waiter. A transfer tried again after a lost reply
--- finds the lock the successor's, and answers as the first one did.
+-- finds the lock the successor's, and a handover that queued it finds it the next waiter: each
+-- answers as the first one did.
 --
 -- An owner that does not hold the lock (an ended waiting call releasing whatever it may hold)
 -- stops being its next waiter.
@@ -88,6 +89,14 @@ for i, key in ipairs(KEYS) do
       code = {5, tonumber(string.sub(value, 2, space - 1))}
     elseif holder ~= owner then
       code = -1
+      -- Queued behind a handover already: a retry after a lost reply (the successor's pledged
+      -- token is this release's alone) answers as the first one did.
+      if successor_grant then
+        local waiter, split = next_waiter(key)
+        if waiter and owner_at(waiter, split) == successor then
+          code = 6
+        end
+      end
     elseif state == 'L' and successor then
       local label_at = string.find(value, ' ', space + 1, true)
       local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
