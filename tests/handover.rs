@@ -61,12 +61,11 @@ async fn until_state(server: &RedisServer, key: &str, state: char) {
     assert!(reached, "{key} is {seen:?}, never in state {state}");
 }
 
-/// A task of `backend` that waits (up to 10 s) for `key` with a long fixed lease: when it got
-/// the lock, and its guard.
-fn spawn_long_waiter(
-    backend: &Backend,
-    key: &'static str,
-) -> JoinHandle<Result<(Instant, LockGuard), LockError>> {
+/// A waiting task: when it got the lock, and its guard.
+type Waiter = JoinHandle<Result<(Instant, LockGuard), LockError>>;
+
+/// A task of `backend` that waits (up to 10 s) for `key` with a long fixed lease.
+fn spawn_long_waiter(backend: &Backend, key: &'static str) -> Waiter {
     let backend = backend.clone();
     tokio::spawn(async move {
         let lock = Lock::new(key).on(&backend).lease(Lease::Fixed(LONG));
@@ -165,6 +164,30 @@ async fn a_cancelled_next_waiter_gives_its_place_up() {
     assert_eq!(waiting.stats().handed_over, 0);
 }
 
+/// Holds `key` on the fixture's backend with a long fixed lease, and makes a task of a backend
+/// that reaches the server through a proxy (`vanishing-process`, cut off by blackholing the
+/// proxy) its next waiter. Returns the proxy, the holder and the waiting task.
+async fn held_with_a_next_waiter_behind_a_proxy(
+    fx: &SingleRedis,
+    key: &'static str,
+) -> (FaultProxy, LockGuard, Waiter) {
+    let proxy = FaultProxy::start(fx.server.addr()).await;
+    let vanishing = Backend::builder(proxy.url())
+        .prefix(PREFIX)
+        .holder_label("vanishing-process")
+        .build()
+        .unwrap();
+    let holder = Lock::new(key)
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_long_waiter(&vanishing, key);
+    until_next_waiter(&fx.server, key, Some("vanishing-process")).await;
+    (proxy, holder, waiter)
+}
+
 /// A next waiter that vanishes (its process cut off from the server) after the lock was handed
 /// to it never confirms it: the handed-over lock expires within the grant time and another
 /// waiter takes it. The vanished waiter, back, does not trust the late handover: it acquires
@@ -172,21 +195,8 @@ async fn a_cancelled_next_waiter_gives_its_place_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
     let fx = SingleRedis::start(|b| b);
-    let proxy = FaultProxy::start(fx.server.addr()).await;
-    let vanishing = Backend::builder(proxy.url())
-        .prefix(PREFIX)
-        .holder_label("vanishing-process")
-        .build()
-        .unwrap();
+    let (proxy, holder, vanished) = held_with_a_next_waiter_behind_a_proxy(&fx, "moved").await;
     let other = labelled(&fx.server, "other-process");
-    let holder = Lock::new("moved")
-        .on(fx.backend())
-        .lease(Lease::Fixed(LONG))
-        .acquire()
-        .await
-        .unwrap();
-    let vanished = spawn_long_waiter(&vanishing, "moved");
-    until_next_waiter(&fx.server, "moved", Some("vanishing-process")).await;
     let second = spawn_long_waiter(&other, "moved");
     // Marked "W": someone besides the next waiter waits, so the handed-over lock stays marked.
     until_state(&fx.server, "moved", 'W').await;
@@ -222,20 +232,7 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_next_waiter_that_stopped_asking_is_not_handed_the_lock() {
     let fx = SingleRedis::start(|b| b);
-    let proxy = FaultProxy::start(fx.server.addr()).await;
-    let vanishing = Backend::builder(proxy.url())
-        .prefix(PREFIX)
-        .holder_label("vanishing-process")
-        .build()
-        .unwrap();
-    let holder = Lock::new("stopped")
-        .on(fx.backend())
-        .lease(Lease::Fixed(LONG))
-        .acquire()
-        .await
-        .unwrap();
-    let vanished = spawn_long_waiter(&vanishing, "stopped");
-    until_next_waiter(&fx.server, "stopped", Some("vanishing-process")).await;
+    let (proxy, holder, vanished) = held_with_a_next_waiter_behind_a_proxy(&fx, "stopped").await;
     proxy.blackhole(true);
     // Its place expires by itself: woken by the expiry, not by a command.
     let gone = wait_until(
