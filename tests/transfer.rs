@@ -369,6 +369,42 @@ async fn a_release_cancelled_mid_transfer_leaves_the_successor_to_ask() {
     assert_eq!(token_on_server(fx.backend(), "cancelled").await, None);
 }
 
+/// A release cancelled after its handover ran and queued the local task behind the other
+/// process: the release finished in the background finds the other process's lock with the
+/// local task's pledged token next — its own handover — and counts it released (not taken
+/// over), giving that place up. The local task asks with a new token and gets the lock after
+/// the other process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cancelled_mid_handover_gives_the_queued_place_up() {
+    let fx = SingleRedis::start(|b| b);
+    let (held, _other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "cancelled-queue").await;
+    raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));
+    let release = tokio::spawn(held.release());
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert!(next_waiter(&fx, "cancelled-queue").is_some());
+    release.abort();
+    assert!(release.await.unwrap_err().is_cancelled());
+    let finished = raw::until_local(LONG, async || fx.backend().stats().released == 1).await;
+    assert!(finished, "the release was not finished in the background");
+    raw::set_transfer_reply_delay(fx.backend(), Duration::ZERO);
+    let other_token = other_guard.fencing_token();
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
+        .await
+        .expect("the local task never got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(local_guard.fencing_token() > other_token);
+    let stats = fx.backend().stats();
+    assert_eq!(
+        (stats.release_found_foreign, stats.release_found_expired),
+        (0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+}
+
 /// A transfer whose reply was lost is asked again, and the retry answers as the transfer did:
 /// the lock is the successor's, and the release reports it released (not taken over).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

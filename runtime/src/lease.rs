@@ -10,7 +10,7 @@ use crate::stats::Stats;
 use crate::wait::{Successor, Transferred, Turn};
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -73,6 +73,9 @@ pub(crate) struct HeldLease {
     /// The process-local turn for the key: other local waiters stay queued while we hold it.
     /// Given up on release, and as soon as the lease is lost — the key is no longer ours to keep.
     turn: Mutex<Option<Turn>>,
+    /// A transfer of this lock to the owner token a local successor pledged may have run (its
+    /// releaser never learnt): the release frees whichever of the two holds the key.
+    transferred_to: OnceLock<Owner>,
 }
 
 impl HeldLease {
@@ -103,6 +106,7 @@ impl HeldLease {
             confirming: AtomicBool::new(false),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
+            transferred_to: OnceLock::new(),
         }
     }
 
@@ -171,6 +175,19 @@ impl HeldLease {
 
     pub(crate) fn keep_turn(&self, turn: Turn) {
         *self.turn.lock().unwrap_or_else(|e| e.into_inner()) = Some(turn);
+    }
+
+    /// A transfer of this lock to `successor` (a local successor's pledged owner token) may have
+    /// run: from now on its release frees the key if either token holds it.
+    pub(crate) fn may_have_transferred_to(&self, successor: Owner) {
+        let _ = self.transferred_to.set(successor);
+    }
+
+    /// The owner token a transfer of this lock may have gone to ([`may_have_transferred_to`]).
+    ///
+    /// [`may_have_transferred_to`]: Self::may_have_transferred_to
+    pub(crate) fn transferred_to(&self) -> Option<&Owner> {
+        self.transferred_to.get()
     }
 
     /// Lets the next local waiter contend for the key.

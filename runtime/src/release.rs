@@ -18,11 +18,12 @@
 //! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;
-use crate::engine::{GrantedAs, Ownership, Transfer};
+use crate::engine::{EngineResult, GrantedAs, Ownership, Transfer};
 use crate::error::LockError;
 use crate::kind::LockKind;
 use crate::lease::HeldLease;
 use crate::metrics::{self, Labels};
+use crate::owner::Owner;
 use crate::policy::MAX_FAILED_ATTEMPTS;
 use crate::stats::Stats;
 use crate::wait::{retry_until, Claimed, Successor, Transferred};
@@ -98,9 +99,8 @@ pub(crate) async fn release_all(
             Ok(other) => worst = other,
             Err(err) => {
                 // Its request may have run (a lost reply): the retries count "gone" as released.
-                let mut leases = VecDeque::from([lease]);
-                let sent = successor_first(&mut rest.transfer, &mut leases, 1);
-                release_in_background(backend.clone(), leases, sent);
+                transfer_left_unfinished(&mut rest.transfer, &lease);
+                release_in_background(backend.clone(), [lease].into(), 1);
                 first_error.get_or_insert(err);
             }
         }
@@ -154,13 +154,14 @@ fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64
 ///
 /// `transfer` holds the lock the transfer may grant to the successor; it is taken out when the
 /// outcome is known, and left in place when the release fails (the caller then releases that
-/// lock, and this lease's, in the background: [`successor_first`]).
+/// lock, and this lease's, in the background: [`transfer_left_unfinished`]).
 ///
 /// # Cancel safety
-/// Dropped with a transfer in flight (or its reply lost), the successor's possible lock stays in
-/// `transfer`, and `release_all` hands it, and then this lease's key, to one background release —
-/// the successor never uses the owner token it pledged unless the lock comes with its turn — which
-/// passes the turn on once the server has seen this lease's release.
+/// Dropped with a transfer in flight (or its reply lost), the successor's possible lock (or
+/// place) stays in `transfer`, and `release_all` hands this lease's key to a background release
+/// that frees the key if either token holds it ([`transfer_left_unfinished`]) — the successor
+/// never uses the owner token it pledged unless the lock or place comes with its turn — and
+/// passes the turn on once the server has seen it.
 async fn transfer_one(
     backend: &Backend,
     lease: &HeldLease,
@@ -245,8 +246,8 @@ async fn transfer_one(
 /// A lock that a transfer granted, or may have granted, to a local successor: the releasing
 /// call's until it passes the turn on with it, then the turn's receiver's. Dropped unclaimed —
 /// the successor left before taking it — it is released in the background with the successor's
-/// owner token; a releasing call that never learnt the transfer's outcome releases it ahead of
-/// its own lock instead ([`successor_first`]).
+/// owner token; a releasing call that never learnt the transfer's outcome releases it with its
+/// own lock instead, in one request ([`transfer_left_unfinished`]).
 struct SuccessorLock {
     backend: Backend,
     key: String,
@@ -292,22 +293,19 @@ impl SuccessorLock {
     }
 }
 
-/// Puts the lock that an unfinished `transfer` may have granted ahead of `leases` (whose first
-/// `sent` keys' releases may have run), and returns how many keys at the front may now have run.
-/// Released in that order by one background task, the successor's lock is gone before the
-/// holder's release looks at the key — otherwise that release would find the successor's lock and
-/// report the key taken over.
-fn successor_first(
-    transfer: &mut Option<SuccessorLock>,
-    leases: &mut VecDeque<Arc<HeldLease>>,
-    sent: usize,
-) -> usize {
-    match transfer.take().as_mut().and_then(SuccessorLock::unclaimed) {
-        Some(successor) => {
-            leases.push_front(Arc::new(successor));
-            sent + 1
-        }
-        None => sent,
+/// The transfer of `holder`'s lock, in `transfer`, was left without a known outcome (the
+/// releasing call was dropped, or its retries ran out): `holder`'s release from now on frees the
+/// key if either its own token or the successor's pledged one holds it — or gives up the
+/// successor's place as a next waiter — in one request ([`HeldLease::may_have_transferred_to`]).
+/// Two releases, the successor's and then the holder's, would leave a moment between them in
+/// which anyone can take the key, and the holder's would then find that lock and report the key
+/// taken over.
+fn transfer_left_unfinished(transfer: &mut Option<SuccessorLock>, holder: &HeldLease) {
+    if let Some(successor) = transfer
+        .take()
+        .and_then(|mut pending| pending.successor.take())
+    {
+        holder.may_have_transferred_to(successor.owner);
     }
 }
 
@@ -349,10 +347,15 @@ struct Unreleased<'a> {
 
 impl Drop for Unreleased<'_> {
     fn drop(&mut self) {
-        let mut leases = std::mem::take(&mut self.leases);
-        let sent = successor_first(&mut self.transfer, &mut leases, self.front_sent.into());
-        if !leases.is_empty() {
-            release_in_background(self.backend.clone(), leases, sent);
+        if let Some(front) = self.leases.front() {
+            transfer_left_unfinished(&mut self.transfer, front);
+        }
+        if !self.leases.is_empty() {
+            release_in_background(
+                self.backend.clone(),
+                std::mem::take(&mut self.leases),
+                self.front_sent.into(),
+            );
         }
     }
 }
@@ -509,11 +512,15 @@ async fn release_one(
                 true => GrantedAs::Unknown,
                 false => lease.granted_as(),
             };
-            let outcome = backend
-                .inner
-                .engine
-                .release(&lease.key, &lease.owner, lease.kind, granted)
-                .await;
+            let outcome = match lease.transferred_to() {
+                None => {
+                    let engine = &backend.inner.engine;
+                    engine
+                        .release(&lease.key, &lease.owner, lease.kind, granted)
+                        .await
+                }
+                Some(successor) => release_either(backend, lease, successor).await,
+            };
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,
                 // "ours" that it did and was just undone, "foreign" that someone else won.
@@ -534,6 +541,29 @@ async fn release_one(
     }
     .instrument(span)
     .await
+}
+
+/// Releases `lease`'s key if its own token or `successor`'s holds it (a transfer to it may have
+/// run): a transfer call with no TTL, which transfers nothing (`release.lua`'s
+/// `<owner> <successor> 0`). What it found is the lock's, whichever token held it.
+async fn release_either(
+    backend: &Backend,
+    lease: &HeldLease,
+    successor: &Owner,
+) -> EngineResult<Ownership> {
+    let either = Successor {
+        owner: successor.clone(),
+        ttl: Duration::ZERO,
+    };
+    let transfer = backend
+        .inner
+        .engine
+        .transfer(&lease.key, &lease.owner, &either);
+    Ok(match transfer.await? {
+        Transfer::Released(found) => found,
+        // Nothing is transferred with no TTL; answered so anyway, the key was ours.
+        Transfer::Granted { .. } | Transfer::Queued { .. } => Ownership::Ours,
+    })
 }
 
 /// What a release of `lease` that found `found` reports, counted in the stats and metrics.

@@ -9,7 +9,10 @@
 --            the node owning the key's slot, in a Redis Cluster)
 -- ARGV[i+3]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>" to
 --            transfer the lock to a task of the same process queued behind this holder (a local
---            transfer), or, if it is handed over, to make that task its next waiter
+--            transfer), or, if it is handed over, to make that task its next waiter; or
+--            "<owner> <successor> 0" to release the lock if either token holds it, after a
+--            transfer whose outcome its releaser never learnt (and give up either's place as the
+--            next waiter)
 --
 -- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
 -- the next token and the successor's TTL, and the holder label of the lock it replaces (the
@@ -78,23 +81,38 @@ for i, key in ipairs(KEYS) do
     successor_grant = grant_at and string.sub(owner, grant_at + 1)
     owner = string.sub(owner, 1, split - 1)
   end
+  -- A successor with no TTL names a transfer that may have run: the lock is released as either
+  -- token's, and nothing is transferred.
+  local pledged
+  if successor_ttl == '0' then
+    pledged, successor = successor, nil
+  end
   local value = redis.call('GET', key)
   local code = 0
   local state = value and string.sub(value, 1, 1)
   if state == 'L' or state == 'W' or state == 'H' then
     local space = string.find(value, ' ', 2, true)
     local holder = space and owner_at(value, space)
+    if pledged and holder == pledged then
+      owner = holder
+    end
     if successor and holder == successor then
       -- Transferred already: this is a retry after a lost reply.
       code = {5, tonumber(string.sub(value, 2, space - 1))}
     elseif holder ~= owner then
       code = -1
-      -- Queued behind a handover already: a retry after a lost reply (the successor's pledged
-      -- token is this release's alone) answers as the first one did.
-      if successor_grant then
+      if successor_grant or pledged then
+        -- The pledged token is this release's alone: named as the next waiter, it says that a
+        -- handover of this release ran. Tried again after a lost reply, the handover answers as
+        -- the first time; released after a transfer whose outcome was never learnt, the lock
+        -- counts as released, and the successor's place is given up.
         local waiter, split = next_waiter(key)
-        if waiter and owner_at(waiter, split) == successor then
+        local named = waiter and owner_at(waiter, split)
+        if successor_grant and named == successor then
           code = 6
+        elseif pledged and named == pledged then
+          redis.call('DEL', key .. ':next')
+          code = 1
         end
       end
     elseif state == 'L' and successor then
@@ -152,9 +170,11 @@ for i, key in ipairs(KEYS) do
   end
   if type(code) == 'number' and code <= 0 then
     -- Not ours to release: the owner may be a waiting call that ended (cancelled, out of time),
-    -- which must not stay the lock's next waiter.
+    -- which must not stay the lock's next waiter (nor may a successor queued by a handover
+    -- whose outcome its releaser never learnt).
     local waiter, split = next_waiter(key)
-    if waiter and owner_at(waiter, split) == owner then
+    local named = waiter and owner_at(waiter, split)
+    if named and (named == owner or named == pledged) then
       redis.call('DEL', key .. ':next')
     end
   end

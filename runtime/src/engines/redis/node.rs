@@ -69,11 +69,18 @@ impl ReleaseCall {
 
     /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
     /// token and TTL for a transfer and, where the server records next waiters (`handoff`, the
-    /// grant time), the successor's grant time, should the lock be handed over instead.
+    /// grant time), the successor's grant time, should the lock be handed over instead. A
+    /// successor with no TTL names a transfer that may have run: the lock is released if either
+    /// token holds it.
     fn script_arg(&self, handoff: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
         let Some(successor) = &self.successor else {
             return self.owner.as_bytes().into();
         };
+        if successor.ttl.is_zero() {
+            // Release whichever of the two tokens holds the lock (a transfer may have run).
+            let arg = format!("{} {} 0", self.owner.as_str(), successor.owner.as_str());
+            return arg.into_bytes().into();
+        }
         let mut arg = format!(
             "{} {} {}",
             self.owner.as_str(),
