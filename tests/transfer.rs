@@ -193,6 +193,20 @@ fn spawn_waiter(backend: &Backend, key: &'static str) -> Waiter {
     })
 }
 
+/// Releases the other process's guard, then waits (at most 5 s) for the local task, which must
+/// get the lock next, with a larger token.
+async fn after_the_other_process(other_guard: LockGuard, local_waiter: Waiter) -> LockGuard {
+    let other_token = other_guard.fencing_token();
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
+        .await
+        .expect("the local task never got the lock")
+        .unwrap()
+        .unwrap();
+    assert!(local_guard.fencing_token() > other_token);
+    local_guard
+}
+
 /// A lock another process waits for goes to that process (its next waiter) at the release, not
 /// to the local task queued behind the holder: FIFO holds across processes. The same script
 /// makes the local task the next waiter after it, so that task never asks: the other process's
@@ -216,14 +230,7 @@ async fn a_lock_another_process_waits_for_goes_to_it_and_the_local_task_queues_b
     );
     let next = next_waiter(&fx, "fifo").expect("the local task is the next waiter");
     assert!(next.ends_with(" this-process"), "{next}");
-    let other_token = other_guard.fencing_token();
-    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
-    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
-        .await
-        .expect("the local task missed its handover")
-        .unwrap()
-        .unwrap();
-    assert!(local_guard.fencing_token() > other_token);
+    let local_guard = after_the_other_process(other_guard, local_waiter).await;
     let stats = fx.backend().stats();
     assert_eq!(
         (
@@ -289,14 +296,7 @@ async fn a_lost_reply_of_a_release_that_handed_the_lock_over_reports_it_released
     assert_eq!(held.release().await.unwrap(), Released::Released);
     let other_guard = other_waiter.await.unwrap().unwrap();
     assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
-    let other_token = other_guard.fencing_token();
-    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
-    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
-        .await
-        .expect("the local task never got the lock")
-        .unwrap()
-        .unwrap();
-    assert!(local_guard.fencing_token() > other_token);
+    let local_guard = after_the_other_process(other_guard, local_waiter).await;
     let stats = fx.backend().stats();
     assert_eq!(
         (
@@ -388,14 +388,7 @@ async fn a_release_cancelled_mid_handover_gives_the_queued_place_up() {
     let finished = raw::until_local(LONG, async || fx.backend().stats().released == 1).await;
     assert!(finished, "the release was not finished in the background");
     raw::set_transfer_reply_delay(fx.backend(), Duration::ZERO);
-    let other_token = other_guard.fencing_token();
-    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
-    let local_guard = tokio::time::timeout(Duration::from_secs(5), local_waiter)
-        .await
-        .expect("the local task never got the lock")
-        .unwrap()
-        .unwrap();
-    assert!(local_guard.fencing_token() > other_token);
+    let local_guard = after_the_other_process(other_guard, local_waiter).await;
     let stats = fx.backend().stats();
     assert_eq!(
         (stats.release_found_foreign, stats.release_found_expired),
