@@ -499,6 +499,6 @@ impl Drop for Attempt<'_> {
             self.ttl,
             self.turn.take(),
         );
-        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), 1);
+        release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
     }
 }

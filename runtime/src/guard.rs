@@ -187,6 +187,6 @@ impl Drop for LockGuard {
         }
         // Renewal stops now, whatever happens to the release.
         let leases = self.take_leases();
-        release_in_background(self.backend.clone(), leases.into(), 0);
+        release_in_background(self.backend.clone(), leases.into(), false);
     }
 }

@@ -231,8 +231,8 @@ impl Lock {
     /// `select!`) at any point leaves no lock held for longer than one round trip plus a small
     /// margin: while acquiring, as for [`acquire`](Self::acquire); during the body, the body is
     /// dropped, renewal stops at once and the lock is released in the background; with the
-    /// release in flight, the release is finished in the background (a lock it may have
-    /// transferred to the next local task first, then its own). The watchdog never renews
+    /// release in flight, the release is finished in the background (freeing the lock a transfer
+    /// to the next local task may have granted, too). The watchdog never renews
     /// for a dropped call. With no runtime left to run a background release, the lock expires
     /// by its TTL (counted in
     /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire)).

@@ -100,7 +100,7 @@ pub(crate) async fn release_all(
             Err(err) => {
                 // Its request may have run (a lost reply): the retries count "gone" as released.
                 transfer_left_unfinished(&mut rest.transfer, &lease);
-                release_in_background(backend.clone(), [lease].into(), 1);
+                release_in_background(backend.clone(), [lease].into(), true);
                 first_error.get_or_insert(err);
             }
         }
@@ -330,7 +330,7 @@ impl Transferred for SuccessorLock {
 impl Drop for SuccessorLock {
     fn drop(&mut self) {
         if let Some(lease) = self.unclaimed() {
-            release_in_background(self.backend.clone(), [Arc::new(lease)].into(), 1);
+            release_in_background(self.backend.clone(), [Arc::new(lease)].into(), true);
         }
     }
 }
@@ -354,7 +354,7 @@ impl Drop for Unreleased<'_> {
             release_in_background(
                 self.backend.clone(),
                 std::mem::take(&mut self.leases),
-                self.front_sent.into(),
+                self.front_sent,
             );
         }
     }
@@ -362,8 +362,8 @@ impl Drop for Unreleased<'_> {
 
 /// Releases `leases` on a task of the current runtime, for a caller that cannot wait: a guard
 /// dropped without [`LockGuard::release`](crate::LockGuard::release), a cancelled call, an
-/// acquire whose reply was lost. `sent`: how many keys at the front may already have been
-/// released (or, for an unconfirmed lease, acquired) by a request whose reply never came.
+/// acquire whose reply was lost. `front_sent`: the first key's release (or, for an unconfirmed
+/// lease, its acquire) may already have run.
 ///
 /// An engine that answers at once (the in-process map) is released right here, runtime or not.
 /// Otherwise, without a runtime to run it (outside one, or while it shuts down) the keys are left
@@ -371,7 +371,7 @@ impl Drop for Unreleased<'_> {
 pub(crate) fn release_in_background(
     backend: Backend,
     leases: VecDeque<Arc<HeldLease>>,
-    sent: usize,
+    front_sent: bool,
 ) {
     let stats = &backend.inner.stats;
     stats
@@ -381,7 +381,7 @@ pub(crate) fn release_in_background(
     let rest = Abandoned { backend, leases };
     if rest.backend.inner.engine.answers_at_once() {
         // The in-process map: release here and now, runtime or not.
-        rest.finish(sent)
+        rest.finish(front_sent)
             .now_or_never()
             .expect("an engine that answers at once answered");
         return;
@@ -389,7 +389,7 @@ pub(crate) fn release_in_background(
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return; // `rest` counts the keys as left to expire.
     };
-    runtime.spawn(rest.finish(sent));
+    runtime.spawn(rest.finish(front_sent));
 }
 
 /// Keys of a background release still to do. Dropped before the end — the runtime shut down
@@ -411,13 +411,14 @@ impl Abandoned {
     /// Runs as a spawned task (or at once, for an engine that answers at once), never dropped by a
     /// caller. Dropped by its runtime shutting down, the keys not yet done — the one in flight
     /// included — are counted as left to expire (`Abandoned`'s `Drop`) and expire by their TTL.
-    async fn finish(mut self, mut sent: usize) {
+    async fn finish(mut self, front_sent: bool) {
+        let mut maybe_released = front_sent;
         while let Some(lease) = self.leases.front().cloned() {
-            let released = release_one(&self.backend, &lease, sent > 0).await;
+            let released = release_one(&self.backend, &lease, maybe_released).await;
             // Done with (or handed to its own retries): no longer this task's to count as left
             // to expire.
             self.leases.pop_front();
-            sent = sent.saturating_sub(1);
+            maybe_released = false;
             lease.pass_turn();
             if let Err(failure) = released {
                 let backend = self.backend.clone();

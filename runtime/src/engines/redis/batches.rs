@@ -110,9 +110,9 @@ impl Batched for ReleaseBatch {
     }
 
     /// A release is done whether or not its caller is still there. Nor is a transfer undone
-    /// here: a caller that leaves before learning a transfer's outcome releases the lock the
-    /// transfer may have granted itself, ahead of its own (`release.rs`), so that the two
-    /// releases run in order.
+    /// here: a caller that leaves before learning a transfer's outcome releases its key in the
+    /// background naming the successor's pledged token too, so that one script frees the key
+    /// whichever token holds it (`release.rs`, `transfer_left_unfinished`).
     fn abandoned(self: &Arc<Self>, _item: ReleaseCall, _answer: ReleaseReply) {}
 
     /// The caller that left hands its unconfirmed release — and the lock a transfer in it may
