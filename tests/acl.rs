@@ -138,6 +138,48 @@ async fn a_least_privilege_user_can_do_every_operation() {
     assert!(!denied(&server).is_empty(), "the server logged the refusal");
 }
 
+/// A user granted the keys' release channels but not the process's handover channel (rules
+/// narrower than `redis_acl_rules`): the refused subscription switches the channel off, the
+/// waiter's next ask records it without one, and the release hands it the lock by the key's
+/// channel — by the message, not by asking (which would not count as handed over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_handover_channel_leaves_handovers_on_the_keys_channel() {
+    let server = RedisServer::start();
+    let rules = distlock::redis_acl_rules(PREFIX).replace(
+        &format!("&{PREFIX}:*"),
+        &format!("&{PREFIX}:{{*}}:released"),
+    );
+    let url = create_user(&server, "narrow", &rules);
+    let build = || Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let (holder, waiting) = (build(), build());
+    let long = Duration::from_secs(10);
+    raw::set_backoff_floor(&waiting, long);
+    let held = Lock::new("k")
+        .on(&holder)
+        .lease(Lease::Fixed(long))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = spawn_waiter(&waiting, "k", long);
+    // Asked, subscribed (the handover channel refused meanwhile), asked again.
+    let asked_twice = raw::until_local(long, async || waiting.stats().busy_replies >= 2).await;
+    assert!(asked_twice, "{:?}", waiting.stats());
+    let refused: Vec<String> = denied(&server)
+        .iter()
+        .flat_map(|entry| entry.as_array().unwrap_or_default())
+        .filter_map(Reply::as_str)
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|field| field.starts_with(&format!("{PREFIX}:handover:"))),
+        "the handover channel was not refused: {refused:?}"
+    );
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    waiter.await.unwrap().unwrap();
+    assert_eq!(waiting.stats().handed_over, 1, "{:?}", waiting.stats());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
     let server = RedisServer::start();

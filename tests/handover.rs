@@ -9,7 +9,7 @@ mod common;
 use common::{Fixture, SingleRedis, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
-use distlock_test_support::{wait_until, FaultProxy, RedisServer, Reply, Wake};
+use distlock_test_support::{wait_until, ChannelListener, FaultProxy, RedisServer, Reply, Wake};
 use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
@@ -119,6 +119,39 @@ async fn a_release_hands_the_lock_to_its_next_waiter() {
 
 /// Tokens stay above the last one issued when the server clock is behind it (a clock stepped
 /// back): an acquire and a handover each issue the last token + 1, not the clock.
+/// A handover is announced on the waiting process's own channel, not on the key's: a process
+/// that watches the key (for any other waiter of it) reads nothing of handovers to others. The
+/// waiter is handed the lock by that message (asking again would count as acquired, not as
+/// handed over), and no other process of the key's has a handover channel to be read on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_is_announced_to_the_waiters_process_alone() {
+    let fx = SingleRedis::start(|b| b);
+    let waiting = labelled(&fx.server, "waiting-process");
+    let key_channel = format!("{PREFIX}:{{handed}}:released");
+    let mut watching_the_key = ChannelListener::listen(fx.server.addr(), &key_channel, LONG);
+    let (guard, _) = release_to_a_waiter(fx.backend(), &waiting).await;
+    assert_eq!(waiting.stats().handed_over, 1, "{:?}", waiting.stats());
+    assert_eq!(waiting.stats().busy_replies, 2, "{:?}", waiting.stats());
+    let on_the_key: Vec<String> = watching_the_key
+        .messages()
+        .iter()
+        .map(|message| String::from_utf8_lossy(message).into_owned())
+        .collect();
+    assert_eq!(
+        on_the_key,
+        Vec::<String>::new(),
+        "announced on {key_channel}"
+    );
+    let pattern = format!("{PREFIX}:handover:*");
+    let channels = fx.server.command(&["PUBSUB", "CHANNELS", &pattern]);
+    assert_eq!(
+        channels.as_array().map(<[Reply]>::len),
+        Some(1),
+        "only the waiting process listens for handovers: {channels:?}"
+    );
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_follow_a_marker_ahead_of_the_clock_by_acquire_and_by_handover() {
     // Centuries ahead of today's µs clock, still exact as a Lua double (below 2^53).

@@ -20,9 +20,10 @@
 --                                     waits: no reader may take it meanwhile (writers first),
 --                                     and the writer holds it as "W" (readers wait behind it)
 --
--- KEYS[i]:next  the next waiter of a held exclusive lock, "<grant ms> <owner>[ <label>]", for
---               as long as that waiter keeps asking (PX grant ms): the holder's release hands
---               the lock over to it directly (release.lua), in one message
+-- KEYS[i]:next  the next waiter of a held exclusive lock, "<grant ms> <owner>[ ><channel>][
+--               <label>]", for as long as that waiter keeps asking (PX grant ms): the holder's
+--               release hands the lock over to it directly (release.lua), in one message, on
+--               the waiter's process's handover channel if it names one
 --
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
@@ -31,7 +32,9 @@
 -- ARGV[3]    how long a handed-over lock is held before its new owner confirms it, in
 --            milliseconds, which is also how long a next waiter stays recorded without asking
 --            again; "0": never record a next waiter (Redlock: masters would record different
---            ones; replica acknowledgement: a grant inside a release is never acknowledged)
+--            ones; replica acknowledgement: a grant inside a release is never acknowledged).
+--            Followed by " <channel>" where the caller's process has a handover channel of its
+--            own (release.lua announces a handover to it there, not on the key's channel)
 -- ARGV[3i+1] owner token of key i (new for every acquisition; no spaces)
 -- ARGV[3i+2] lease TTL of key i in milliseconds
 -- ARGV[3i+3] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
@@ -67,7 +70,9 @@
 local step = tonumber(ARGV[1])
 local WRITER_INTENT_MS = 500
 local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
-local handoff_ms = tonumber(ARGV[3])
+local handoff_at = string.find(ARGV[3], ' ', 1, true)
+local handoff_ms = tonumber(string.sub(ARGV[3], 1, (handoff_at or 0) - 1))
+local channel = handoff_at and ' >' .. string.sub(ARGV[3], handoff_at + 1) or ''
 -- The owner token: after the first space, up to the next one (the holder label follows it).
 local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
@@ -161,11 +166,10 @@ for i, key in ipairs(KEYS) do
         local next_key = key .. ':next'
         local waiter = next_owner(key)
         local grant_ms = math.min(handoff_ms, tonumber(ttl))
-        if not waiter then
-          redis.call('SET', next_key, grant_ms .. ' ' .. owner .. label, 'PX', grant_ms)
-          code = 4
-        elseif waiter == owner then
-          redis.call('PEXPIRE', next_key, grant_ms)
+        if not waiter or waiter == owner then
+          -- Written anew at each ask: the channel named is the one the waiter's process has now
+          -- (it may have lost the right to its own since the first ask).
+          redis.call('SET', next_key, grant_ms .. ' ' .. owner .. channel .. label, 'PX', grant_ms)
           code = 4
         end
       end

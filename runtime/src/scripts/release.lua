@@ -7,7 +7,9 @@
 -- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
 -- ARGV[3]    the command that announces a release: PUBLISH, or SPUBLISH (sharded pub/sub, on
 --            the node owning the key's slot, in a Redis Cluster)
--- ARGV[i+3]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>" to
+-- ARGV[4]    this process's handover channel ("" for none): where a handover to a successor it
+--            queues (below) is announced
+-- ARGV[i+4]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>" to
 --            transfer the lock to a task of the same process queued behind this holder (a local
 --            transfer), or, if it is handed over, to make that task its next waiter; or
 --            "<owner> <successor> 0" to release the lock if either token holds it, after a
@@ -31,8 +33,10 @@
 --
 -- A waited-on lock with a next waiter (KEYS[i]:next, acquire.lua) is handed over to it: the key
 -- becomes its lock (a new token) for the waiter's grant time, "L…" if only that waiter waited
--- ("H"), "W…" if others did too, and the channel carries "G<fence> <owner>" — the waiter holds
--- it from that message on, and confirms it by renewing it (its TTL then becomes the waiter's
+-- ("H"), "W…" if others did too, and "G<fence> <owner>" is published — on the waiter's
+-- process's handover channel as "G<fence> <owner> <key's channel>" if its record names one,
+-- else on the key's channel (read by every process waiting for the key). The waiter holds it
+-- from that message on, and confirms it by renewing it (its TTL then becomes the waiter's
 -- own). An "H" lock whose next waiter stopped asking is released as a "W" one.
 --
 -- Returns an array, one element per key:
@@ -50,14 +54,23 @@ local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
   return string.sub(value, space + 1, (stop or 0) - 1)
 end
--- `key`'s next waiter (acquire.lua): its record "<grant ms> <owner>[ <label>]" and where the
--- record's first space is, or nil when none is recorded.
+-- `key`'s next waiter (acquire.lua): its record "<grant ms> <owner>[ ><channel>][ <label>]" and
+-- where the record's first space is, or nil when none is recorded.
 local function next_waiter(key)
   local waiter = redis.call('GET', key .. ':next')
   local split = waiter and string.find(waiter, ' ', 1, true)
   if split then
     return waiter, split
   end
+end
+-- A next waiter's record after its owner token (at `from`, a space or the end): its process's
+-- handover channel (nil for none) and its holder label with the space before it ("" for none).
+local function channel_and_label(waiter, from)
+  if string.sub(waiter, from, from + 1) ~= ' >' then
+    return nil, string.sub(waiter, from)
+  end
+  local stop = string.find(waiter, ' ', from + 2, true)
+  return string.sub(waiter, from + 2, (stop or 0) - 1), stop and string.sub(waiter, stop) or ''
 end
 -- The next fencing token after `last`: max(last + 1, the clock in µs), as acquire.lua issues
 -- them — TIME's own digits whenever the clock is ahead (cheaper than formatting a double).
@@ -71,7 +84,7 @@ local function next_fence(last)
 end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, successor, successor_ttl, successor_grant = ARGV[i + 3], nil, nil, nil
+  local owner, successor, successor_ttl, successor_grant = ARGV[i + 4], nil, nil, nil
   local split = string.find(owner, ' ', 1, true)
   if split then
     local ttl_at = string.find(owner, ' ', split + 1, true)
@@ -138,6 +151,7 @@ for i, key in ipairs(KEYS) do
           -- The successor queues behind the waiter, labelled as this holder (same process).
           local label_at = string.find(value, ' ', space + 1, true)
           redis.call('SET', key .. ':next', successor_grant .. ' ' .. successor
+            .. (ARGV[4] ~= '' and ' >' .. ARGV[4] or '')
             .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_grant)
           if held_as == 'L' then
             held_as = 'H'
@@ -146,10 +160,16 @@ for i, key in ipairs(KEYS) do
         else
           redis.call('DEL', key .. ':next')
         end
-        redis.call('SET', key, held_as .. fence .. ' ' .. string.sub(waiter, split + 1), 'PX',
+        local heir = owner_at(waiter, split)
+        local channel, label = channel_and_label(waiter, split + 1 + #heir)
+        redis.call('SET', key, held_as .. fence .. ' ' .. heir .. label, 'PX',
           string.sub(waiter, 1, split - 1))
         -- pcall: refused, the grant stands all the same (the waiter finds it when it asks).
-        redis.pcall(ARGV[3], key .. ':released', 'G' .. fence .. ' ' .. owner_at(waiter, split))
+        if channel then
+          redis.pcall(ARGV[3], channel, 'G' .. fence .. ' ' .. heir .. ' ' .. key .. ':released')
+        else
+          redis.pcall(ARGV[3], key .. ':released', 'G' .. fence .. ' ' .. heir)
+        end
       else
         -- The notified waiters have it first for a moment, then anyone.
         local time = redis.call('TIME')

@@ -124,11 +124,17 @@ impl Channels {
         }
     }
 
-    /// A message on `channel`: a handover (`G<fence> <owner>`, `release.lua`) wakes only the
-    /// waiter it names, if it is this process's; anything else announces a release.
+    /// A message on `channel`: a handover (`G<fence> <owner>` on the key's channel, or
+    /// `G<fence> <owner> <key's channel>` on this process's handover channel, `release.lua`)
+    /// wakes only the waiter it names, if it is this process's; anything else announces a
+    /// release.
     pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
         match parse_handover(payload) {
-            Some((fence, owner)) => self.hand_over(channel, owner, fence),
+            Some(handover) => self.hand_over(
+                handover.channel.unwrap_or(channel),
+                handover.owner,
+                handover.fence,
+            ),
             None => self.notify(channel),
         }
     }
@@ -210,11 +216,26 @@ impl Channels {
     }
 }
 
-/// `G<fence> <owner>`: the fencing token and the owner of a handover.
-fn parse_handover(payload: &[u8]) -> Option<(u64, &str)> {
+/// A handover message: `G<fence> <owner>[ <key's channel>]`.
+struct Handover<'a> {
+    fence: u64,
+    owner: &'a str,
+    /// The key's channel, when the message came on a process's handover channel.
+    channel: Option<&'a str>,
+}
+
+fn parse_handover(payload: &[u8]) -> Option<Handover<'_>> {
     let text = std::str::from_utf8(payload.strip_prefix(b"G")?).ok()?;
-    let (fence, owner) = text.split_once(' ')?;
-    Some((fence.parse().ok()?, owner))
+    let (fence, rest) = text.split_once(' ')?;
+    let (owner, channel) = match rest.split_once(' ') {
+        Some((owner, channel)) => (owner, Some(channel)),
+        None => (rest, None),
+    };
+    Some(Handover {
+        fence: fence.parse().ok()?,
+        owner,
+        channel,
+    })
 }
 
 impl ReleaseWatch {
@@ -286,13 +307,37 @@ mod tests {
     use futures_util::FutureExt;
 
     #[test]
-    fn handover_messages_name_a_token_and_an_owner() {
-        assert_eq!(parse_handover(b"G17 0a1b"), Some((17, "0a1b")));
+    fn handover_messages_name_a_token_an_owner_and_maybe_a_channel() {
+        fn parsed(payload: &[u8]) -> Option<(u64, &str, Option<&str>)> {
+            parse_handover(payload)
+                .map(|handover| (handover.fence, handover.owner, handover.channel))
+        }
+        assert_eq!(parsed(b"G17 0a1b"), Some((17, "0a1b", None)));
+        assert_eq!(
+            parsed(b"G17 0a1b t:{a b}:released"),
+            Some((17, "0a1b", Some("t:{a b}:released")))
+        );
         // A release announcement is the lock key itself, never a handover.
-        assert_eq!(parse_handover(b"t:{k}"), None);
-        assert_eq!(parse_handover(b"G 0a1b"), None);
-        assert_eq!(parse_handover(b"G17"), None);
-        assert_eq!(parse_handover(b"Gx 0a1b"), None);
+        assert_eq!(parsed(b"t:{k}"), None);
+        assert_eq!(parsed(b"G 0a1b"), None);
+        assert_eq!(parsed(b"G17"), None);
+        assert_eq!(parsed(b"Gx 0a1b"), None);
+    }
+
+    /// A handover on a process's handover channel wakes the waiter of the key's channel it names.
+    #[test]
+    fn a_handover_on_the_process_channel_reaches_the_keys_waiter() {
+        let channels = Arc::new(Channels::in_process());
+        let mut watch = channels.register("t:{k}:released", None);
+        watch.expect_handover("mine");
+        channels.deliver("t:handover:1", b"G5 mine t:{other}:released");
+        assert!(
+            watch.released().now_or_never().is_none(),
+            "woken for another key"
+        );
+        channels.deliver("t:handover:1", b"G6 mine t:{k}:released");
+        assert!(watch.released().now_or_never().is_some());
+        assert_eq!(watch.take_handover("mine"), Some(6));
     }
 
     /// A handover wakes only the waiter it names, once; an announcement wakes every waiter.

@@ -20,6 +20,8 @@
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
 //!   `openssl` tool, for servers started with a TLS port.
+//! * [`ChannelListener`] records what a pub/sub channel carries, up to a
+//!   `PING` (no timing involved).
 //! * [`wait_until`] waits for a condition on one or more servers, re-checking
 //!   it each time a server reports a command it executed (`MONITOR`) or,
 //!   with [`Wake::CommandsAndExpiries`], a key expiring (keyevent
@@ -45,6 +47,7 @@
 mod client;
 mod cluster;
 mod events;
+mod listener;
 mod ports;
 mod process;
 mod proxy;
@@ -56,6 +59,7 @@ mod tls;
 pub use client::{command_at, pipeline_at};
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
 pub use events::{wait_until, Wake};
+pub use listener::ChannelListener;
 pub use ports::{free_cluster_port, free_port};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};

@@ -10,6 +10,7 @@ pub(crate) mod cluster_spec;
 pub(crate) mod conditional;
 pub(crate) mod diagnose;
 pub(crate) mod group_commit;
+pub(crate) mod handover_channel;
 pub(crate) mod hosts;
 pub(crate) mod keyspace;
 pub(crate) mod node;

@@ -13,6 +13,7 @@
 use super::alive::AliveFlag;
 use super::conditional::{self, ConditionalSet, ContendedKeys};
 use super::diagnose;
+use super::handover_channel::HandoverChannel;
 use super::sentinel::SentinelTarget;
 pub(crate) use super::timeouts::Timeouts;
 use super::tls::{self, TlsFiles};
@@ -157,6 +158,8 @@ pub(crate) struct Node {
     publish: &'static str,
     /// The holder label written with every lock (empty: none).
     label: Vec<u8>,
+    /// Where handovers to this process's waiters are announced (`None`: on the key's channel).
+    handover_channel: Option<Arc<HandoverChannel>>,
     /// Keys whose conditional release found them waited on lately: released by script.
     contended: ContendedKeys,
     connection: Mutex<Option<Bound>>,
@@ -272,6 +275,7 @@ impl Node {
             handoff: None,
             publish,
             label: Vec::new(),
+            handover_channel: None,
             contended: ContendedKeys::default(),
             connection: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
@@ -309,6 +313,18 @@ impl Node {
     pub(crate) fn with_handoff(mut self, grant: Duration) -> Node {
         self.handoff = Some(grant).filter(|_| self.replica_ack.is_none());
         self
+    }
+
+    /// Handovers to this process's waiters are announced on `channel`, which the node's
+    /// subscriber listens to (see [`HandoverChannel`]); only where next waiters are recorded.
+    pub(crate) fn with_handover_channel(mut self, channel: Arc<HandoverChannel>) -> Node {
+        self.handover_channel = Some(channel).filter(|_| self.handoff.is_some());
+        self
+    }
+
+    /// The channel handovers to this process's waiters are announced on, if it has one.
+    pub(crate) fn handover_channel(&self) -> Option<&HandoverChannel> {
+        self.handover_channel.as_deref()
     }
 
     /// Whether a release may grant the lock to someone in the same step (a handover to the next
@@ -465,7 +481,7 @@ impl Node {
 
     fn bind(&self, client: redis::Client, generation: u64) -> EngineResult<Bound> {
         let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.timeouts.response))
+            .set_response_timeout(None)
             .set_connection_timeout(Some(self.timeouts.connect))
             // Reconnect quickly, but give up soon enough that an unreachable server is an error
             // within a few connect timeouts, not a hang.
@@ -631,7 +647,7 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
         let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
-        let handoff = self.handoff.map_or_else(|| b"0".to_vec(), millis);
+        let handoff = self.handoff_arg();
         let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 3 * items.len());
         args.push(step.as_bytes());
         args.push(&self.label);
@@ -955,16 +971,37 @@ impl Node {
 
     /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
     /// ([`ReleaseCall::script_arg`]).
+    /// `acquire.lua`'s grant time of next waiters: `0` (none are recorded), or the milliseconds
+    /// followed by this process's handover channel, if it has a usable one.
+    fn handoff_arg(&self) -> Vec<u8> {
+        let Some(grant) = self.handoff else {
+            return b"0".to_vec();
+        };
+        let mut arg = millis(grant);
+        if let Some(channel) = self.usable_handover_channel() {
+            arg.push(b' ');
+            arg.extend_from_slice(channel.as_bytes());
+        }
+        arg
+    }
+
+    fn usable_handover_channel(&self) -> Option<&str> {
+        self.handover_channel
+            .as_deref()
+            .and_then(HandoverChannel::usable)
+    }
+
     fn release_args<'a>(
         &'a self,
         owners: &'a [std::borrow::Cow<'a, [u8]>],
         marker_ttl: &'a [u8],
         window: &'a [u8],
     ) -> Vec<&'a [u8]> {
-        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + owners.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + owners.len());
         args.push(marker_ttl);
         args.push(window);
         args.push(self.publish.as_bytes());
+        args.push(self.usable_handover_channel().unwrap_or("").as_bytes());
         args.extend(owners.iter().map(|owner| &**owner));
         args
     }

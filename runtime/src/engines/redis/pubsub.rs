@@ -238,7 +238,45 @@ impl Subscriber {
             alive,
             reader: reader.abort_handle(),
         });
+        self.subscribe_handover_channel(sink.clone()).await;
         Ok((sink, epoch))
+    }
+
+    /// Subscribes a new link to this process's handover channel, if it has one. A transient
+    /// failure is let be (a handover announced meanwhile is found by its waiter's next ask); a
+    /// refusal switches the channel off, so that handovers go to the keys' channels.
+    ///
+    /// # Cancel safety
+    /// Dropped before the server answered, the channel may or may not be subscribed on this
+    /// link; either way nothing is lost but the speed of handovers announced on it.
+    async fn subscribe_handover_channel(&self, mut sink: PubSubSink) {
+        let Some(channel) = self.node.handover_channel() else {
+            return;
+        };
+        let subscribed =
+            tokio::time::timeout(self.timeouts.response, sink.subscribe(channel.name()))
+                .await
+                .map_err(Failure::from)
+                .and_then(|done| done.map_err(Failure::from));
+        match subscribed {
+            Ok(()) => {}
+            Err(Failure::Permanent(err)) => {
+                channel.refuse();
+                tracing::warn!(
+                    target: "distlock::wait",
+                    channel = channel.name(),
+                    error = %err,
+                    "the server refused this process's handover channel; handovers are announced on each key's channel instead (grant the user the channels `&{}:*`)",
+                    self.prefix
+                );
+            }
+            Err(Failure::Transient(err)) => tracing::debug!(
+                target: "distlock::wait",
+                channel = channel.name(),
+                error = %err,
+                "handover channel not subscribed on this connection; waiters find handovers by asking"
+            ),
+        }
     }
 
     /// Ends the current link (the server it goes to is no longer the one the node talks to):

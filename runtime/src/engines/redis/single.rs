@@ -8,6 +8,7 @@
 
 use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
+use super::handover_channel::HandoverChannel;
 use super::keyspace;
 use super::node::{
     settle_release, settle_transfer, LockCall, Node, ReleaseCall, ReplicaAck, Timeouts,
@@ -74,7 +75,8 @@ impl RedisEngine {
         let node = Arc::new(
             node.with_replica_ack(config.replica_ack)
                 .with_label(config.holder_label)
-                .with_handoff(config.handover_grant),
+                .with_handoff(config.handover_grant)
+                .with_handover_channel(Arc::new(HandoverChannel::new(config.prefix))),
         );
         let subscriber = Subscriber::new(
             node.clone(),
