@@ -780,3 +780,33 @@ async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
     assert_eq!(stuck.release().await.unwrap(), Released::TakenOver);
     next.release().await.unwrap();
 }
+
+/// Taking one lock after another wakes the watchdog only for a lease it must look at before it
+/// would anyway: leases of seconds, registered while it idles, cost it no wake-up. (One per lock
+/// cost a task switch per lock, and a worker thread woken to run the watchdog while the lock's
+/// release was being sent: two thirds more client CPU per uncontended cycle.) That a lease due
+/// sooner does wake it, every test of short leases shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_taken_one_after_another_do_not_wake_the_watchdog() {
+    let fx = SingleRedis::start(|b| b.watchdog_timeout(Duration::from_secs(30)));
+    let backend = fx.backend();
+    // A short lease starts the watchdog task, which idles once it is gone.
+    Lock::new("first")
+        .on(backend)
+        .lease(Lease::Fixed(Duration::from_millis(100)))
+        .run(async {})
+        .await
+        .unwrap();
+    let idle = raw::until_local(Duration::from_secs(5), async || raw::watchdog_idle(backend)).await;
+    assert!(idle, "the watchdog never idled");
+    let before = raw::watchdog_woken(backend);
+    for i in 0..200 {
+        Lock::new(format!("k{i}"))
+            .on(backend)
+            .run(async {})
+            .await
+            .unwrap();
+    }
+    let woken = raw::watchdog_woken(backend) - before;
+    assert_eq!(woken, 0, "200 locks woke the watchdog {woken} times");
+}

@@ -174,6 +174,16 @@ pub mod raw {
         backend.inner.watchdog.registered()
     }
 
+    /// Times a registration woke the backend's watchdog task.
+    pub fn watchdog_woken(backend: &Backend) -> u64 {
+        backend.inner.watchdog.woken()
+    }
+
+    /// Whether the backend's watchdog task runs and its last look found no lease.
+    pub fn watchdog_idle(backend: &Backend) -> bool {
+        backend.inner.watchdog.is_idle()
+    }
+
     /// Tasks queued locally behind another task's turn, over all keys.
     pub fn local_waiters(backend: &Backend) -> usize {
         backend.inner.gates.queued()

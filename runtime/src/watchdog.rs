@@ -14,7 +14,7 @@ use crate::sparse::shrink_when_sparse;
 use crate::stats::Stats;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -35,8 +35,10 @@ struct Shared {
     renew_batch: usize,
     stats: Arc<Stats>,
     table: Mutex<Table>,
-    /// Wakes the task when a lease is registered (its deadlines may be earlier than the timer's).
+    /// Wakes the task when a lease is registered whose deadlines are earlier than the timer's.
     wake: Notify,
+    /// Times a registration woke the task, since the start.
+    woken: AtomicU64,
 }
 
 #[derive(Default)]
@@ -49,6 +51,8 @@ struct Table {
     /// if it needs attention earlier — with one TTL per backend it never does, so taking a lock
     /// costs the watchdog nothing.
     next_look: Option<Instant>,
+    /// The task's last look found no lease: it idles until its grace ends.
+    idle: bool,
 }
 
 struct Entry {
@@ -75,6 +79,7 @@ impl Watchdog {
                 stats,
                 table: Mutex::default(),
                 wake: Notify::new(),
+                woken: AtomicU64::new(0),
             }),
         }
     }
@@ -116,6 +121,7 @@ impl Watchdog {
         let wake = !running || table.next_look.is_none_or(|look| first_deadline < look);
         drop(table);
         if wake {
+            self.shared.woken.fetch_add(1, Ordering::Relaxed);
             self.shared.wake.notify_one();
         }
         id
@@ -125,6 +131,21 @@ impl Watchdog {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.entries.remove(&id);
         shrink_when_sparse(&mut table.entries);
+    }
+
+    /// Times a registration woke the task since the start.
+    pub(crate) fn woken(&self) -> u64 {
+        self.shared.woken.load(Ordering::Relaxed)
+    }
+
+    /// Whether the task is running and its last look found no lease (it idles).
+    pub(crate) fn is_idle(&self) -> bool {
+        let table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        table.idle
+            && table
+                .task_alive
+                .as_ref()
+                .is_some_and(|alive| alive.load(Ordering::Acquire))
     }
 
     /// Leases currently registered (renewed or watched for expiry).
@@ -166,8 +187,10 @@ async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
     let mut in_flight = FuturesUnordered::new();
     let mut idle_since: Option<Instant> = None;
     loop {
+        let _looked = crate::hooks::LocalChange;
         let (due, wake_at) = {
             let mut table = shared.table.lock().unwrap_or_else(|e| e.into_inner());
+            table.idle = table.entries.is_empty() && in_flight.is_empty();
             if table.entries.is_empty() && in_flight.is_empty() {
                 // Linger a while before exiting: a service that takes and returns locks one
                 // after another would otherwise start a task for every lock.
@@ -177,9 +200,14 @@ async fn run(shared: Arc<Shared>, _alive: AliveGuard) {
                     table.task_alive = None;
                     return;
                 }
-                // `None`: the next registration wakes the task at once.
-                table.next_look = None;
-                (Vec::new(), Some(since + IDLE_GRACE))
+                // The task looks again when the grace ends: a registration wakes it only if its
+                // lease needs a look before then. (Waking it for every lease would cost a service
+                // that takes one lock after another a task wake-up per lock — and, woken into the
+                // caller's worker while its release is sent, another worker thread woken to run
+                // it.)
+                let idle_end = since + IDLE_GRACE;
+                table.next_look = Some(idle_end);
+                (Vec::new(), Some(idle_end))
             } else {
                 idle_since = None;
                 let (due, wake_at) = scan(&mut table, Instant::now());
