@@ -150,7 +150,14 @@ async fn a_refused_handover_channel_leaves_handovers_on_the_keys_channel() {
         &format!("&{PREFIX}:{{*}}:released"),
     );
     let url = create_user(&server, "narrow", &rules);
-    let build = || Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    // A label that starts as a channel field would: it must still read as the label.
+    let build = || {
+        Backend::builder(&url)
+            .prefix(PREFIX)
+            .holder_label(">narrow")
+            .build()
+            .unwrap()
+    };
     let (holder, waiting) = (build(), build());
     let long = Duration::from_secs(10);
     raw::set_backoff_floor(&waiting, long);

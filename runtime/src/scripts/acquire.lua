@@ -73,6 +73,10 @@ local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
 local handoff_at = string.find(ARGV[3], ' ', 1, true)
 local handoff_ms = tonumber(string.sub(ARGV[3], 1, (handoff_at or 0) - 1))
 local channel = handoff_at and ' >' .. string.sub(ARGV[3], handoff_at + 1) or ''
+-- A label that starts with '>' would read as a channel: an empty channel goes before it.
+if channel == '' and string.sub(label, 1, 2) == ' >' then
+  channel = ' >'
+end
 -- The owner token: after the first space, up to the next one (the holder label follows it).
 local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)

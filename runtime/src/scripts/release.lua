@@ -64,13 +64,15 @@ local function next_waiter(key)
   end
 end
 -- A next waiter's record after its owner token (at `from`, a space or the end): its process's
--- handover channel (nil for none) and its holder label with the space before it ("" for none).
+-- handover channel (nil for none: no field, or an empty one, written before a label that
+-- starts with '>') and its holder label with the space before it ("" for none).
 local function channel_and_label(waiter, from)
   if string.sub(waiter, from, from + 1) ~= ' >' then
     return nil, string.sub(waiter, from)
   end
   local stop = string.find(waiter, ' ', from + 2, true)
-  return string.sub(waiter, from + 2, (stop or 0) - 1), stop and string.sub(waiter, stop) or ''
+  local channel = string.sub(waiter, from + 2, (stop or 0) - 1)
+  return channel ~= '' and channel or nil, stop and string.sub(waiter, stop) or ''
 end
 -- The next fencing token after `last`: max(last + 1, the clock in µs), as acquire.lua issues
 -- them — TIME's own digits whenever the clock is ahead (cheaper than formatting a double).
@@ -150,9 +152,11 @@ for i, key in ipairs(KEYS) do
         if successor_grant then
           -- The successor queues behind the waiter, labelled as this holder (same process).
           local label_at = string.find(value, ' ', space + 1, true)
-          redis.call('SET', key .. ':next', successor_grant .. ' ' .. successor
-            .. (ARGV[4] ~= '' and ' >' .. ARGV[4] or '')
-            .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_grant)
+          local label = label_at and string.sub(value, label_at) or ''
+          local channel = ARGV[4] ~= '' and ' >' .. ARGV[4]
+            or (string.sub(label, 1, 2) == ' >' and ' >' or '')
+          redis.call('SET', key .. ':next', successor_grant .. ' ' .. successor .. channel .. label,
+            'PX', successor_grant)
           if held_as == 'L' then
             held_as = 'H'
           end
