@@ -206,6 +206,29 @@ async fn a_partitioned_server_is_a_backend_error_soon() {
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
 }
 
+/// A server that stops answering on a live connection (its requests held by a partition): the
+/// call fails with a backend error within a few response timeouts, never waits for an answer
+/// that does not come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_answering_is_a_backend_error_soon() {
+    let server = RedisServer::start();
+    let (proxy, backend) = through_proxy(&server, |b| {
+        b.connect_timeout(Duration::from_millis(200))
+            .response_timeout(Duration::from_millis(200))
+    })
+    .await;
+    proxy.blackhole(true);
+    let started = Instant::now();
+    let attempt = Lock::new("silent").on(&backend).acquire();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), attempt).await;
+    let took = started.elapsed();
+    let err = outcome
+        .unwrap_or_else(|_| panic!("no answer after {took:?}: the call still waits"))
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    proxy.blackhole(false);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_longer_than_the_lease_loses_it() {
     let server = RedisServer::start();

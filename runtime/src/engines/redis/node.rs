@@ -481,7 +481,7 @@ impl Node {
 
     fn bind(&self, client: redis::Client, generation: u64) -> EngineResult<Bound> {
         let config = ConnectionManagerConfig::new()
-            .set_response_timeout(None)
+            .set_response_timeout(Some(self.timeouts.response))
             .set_connection_timeout(Some(self.timeouts.connect))
             // Reconnect quickly, but give up soon enough that an unreachable server is an error
             // within a few connect timeouts, not a hang.
