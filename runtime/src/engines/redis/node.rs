@@ -969,8 +969,6 @@ impl Node {
             .collect()
     }
 
-    /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
-    /// ([`ReleaseCall::script_arg`]).
     /// `acquire.lua`'s grant time of next waiters: `0` (none are recorded), or the milliseconds
     /// followed by this process's handover channel, if it has a usable one.
     fn handoff_arg(&self) -> Vec<u8> {
@@ -991,6 +989,8 @@ impl Node {
             .and_then(HandoverChannel::usable)
     }
 
+    /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
+    /// ([`ReleaseCall::script_arg`]).
     fn release_args<'a>(
         &'a self,
         owners: &'a [std::borrow::Cow<'a, [u8]>],
