@@ -12,7 +12,6 @@ use distlock_test_support::RedisServer;
 use redis::AsyncCommands;
 use std::time::{Duration, Instant};
 
-const PROCESSES: usize = 3;
 const TASKS: usize = 4;
 const SECTIONS_PER_TASK: usize = 40;
 
@@ -41,8 +40,15 @@ fn backend(url: &str, watchdog: Duration) -> Backend {
 
 /// Read-modify-write of a counter without atomic commands, under the lock, from several tasks;
 /// each section appends this worker's index to a list, so the parent sees the interleaving.
+/// `LOCAL_BATCH_MS`: the backend's `local_batch`.
 async fn contend(url: &str) {
-    let backend = backend(url, Duration::from_secs(2));
+    let local_batch = std::env::var("LOCAL_BATCH_MS").unwrap().parse().unwrap();
+    let backend = Backend::builder(url)
+        .prefix("safety")
+        .watchdog_timeout(Duration::from_secs(2))
+        .local_batch(Duration::from_millis(local_batch))
+        .build()
+        .unwrap();
     let client = redis::Client::open(url).unwrap();
     let fenced = std::sync::Arc::new(FencedStore::open(url).unwrap());
     let me: u32 = std::env::var("WORKER_INDEX").unwrap().parse().unwrap();
@@ -136,15 +142,36 @@ async fn take_over(backend: &Backend) -> distlock::LockGuard {
         .unwrap()
 }
 
+/// Three processes: a release usually finds more than one other process waiting, and hands
+/// the lock over (or announces it) at once.
 #[test]
 fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
+    processes_contending(3, 1, 25);
+}
+
+/// Two processes: a release finds the other process's next waiter alone, and transfers the lock
+/// to its own process's next task ahead of it for up to `local_batch` — 5 ms here, several
+/// sections. Batches hold fewer switches, but the processes must still take turns: a process
+/// that kept the lock for its queued tasks would make one switch in all.
+#[test]
+fn two_processes_taking_turns_in_local_batches_never_overlap_or_lose_updates() {
+    processes_contending(2, 5, 3);
+}
+
+/// `processes` workers contend, each backend with a `local_batch` of `local_batch_ms`; at least
+/// `switches_per_100` switches between processes per 100 sections show that they took turns.
+fn processes_contending(processes: usize, local_batch_ms: u64, switches_per_100: usize) {
     let server = RedisServer::start();
-    let mut workers: Vec<Worker> = (0..PROCESSES)
+    let mut workers: Vec<Worker> = (0..processes)
         .map(|i| {
             Worker::spawn(
                 "worker_entry",
                 "contend",
-                &[("REDIS_URL", server.url()), ("WORKER_INDEX", i.to_string())],
+                &[
+                    ("REDIS_URL", server.url()),
+                    ("WORKER_INDEX", i.to_string()),
+                    ("LOCAL_BATCH_MS", local_batch_ms.to_string()),
+                ],
             )
         })
         .collect();
@@ -161,7 +188,7 @@ fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
     for worker in &mut workers {
         assert!(worker.wait().success());
     }
-    let sections = (PROCESSES * TASKS * SECTIONS_PER_TASK) as i64;
+    let sections = (processes * TASKS * SECTIONS_PER_TASK) as i64;
     let value: i64 = server
         .command(&["GET", "value"])
         .as_str()
@@ -178,7 +205,7 @@ fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
         .collect();
     let switches = order.windows(2).filter(|pair| pair[0] != pair[1]).count();
     eprintln!(
-        "SAFETY contention: {PROCESSES} processes x {TASKS} tasks, {sections} sections in {:?}: \
+        "SAFETY contention: {processes} processes x {TASKS} tasks, {sections} sections in {:?}: \
          {overlaps} overlaps, {lost_updates} lost updates, {rejected} fenced writes rejected; \
          {switches} switches between processes; busy replies per process {busy_replies:?}",
         started.elapsed()
@@ -190,7 +217,7 @@ fn processes_contending_on_one_key_never_overlap_or_lose_updates() {
         "every section recorded its process"
     );
     assert!(
-        switches >= sections as usize / 4,
+        switches * 100 >= sections as usize * switches_per_100,
         "the processes barely interleaved ({switches} switches in {sections} sections)"
     );
     for (process, busy) in busy_replies.iter().enumerate() {

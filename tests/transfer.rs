@@ -213,7 +213,7 @@ async fn after_the_other_process(other_guard: LockGuard, local_waiter: Waiter) -
 /// release hands the lock back to it. Two handoffs across processes, two scripts in all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_another_process_waits_for_goes_to_it_and_the_local_task_queues_behind() {
-    let fx = SingleRedis::start(|b| b.holder_label("this-process"));
+    let fx = SingleRedis::start(|b| b.holder_label("this-process").local_batch(Duration::ZERO));
     let (held, other, other_waiter, local_waiter) =
         held_with_waiters_here_and_there(&fx, "fifo").await;
     let (scripts, publishes) = (
@@ -247,6 +247,92 @@ async fn a_lock_another_process_waits_for_goes_to_it_and_the_local_task_queues_b
     assert_eq!(token_on_server(fx.backend(), "fifo").await, None);
 }
 
+/// Within the backend's `local_batch`, a release goes on transferring the lock to the next local
+/// task, ahead of the other process's next waiter, which keeps its place: one script, nothing
+/// published. The last local holder's release then hands the lock to that waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_the_local_batch_the_local_task_goes_ahead_and_the_other_process_keeps_its_place() {
+    let fx = SingleRedis::start(|b| b.local_batch(LONG));
+    let (held, other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "batch").await;
+    let waiting = next_waiter(&fx, "batch").expect("the other process's task is the next waiter");
+    let (scripts, publishes) = (
+        command_calls(&fx.server, "evalsha"),
+        command_calls(&fx.server, "publish"),
+    );
+    let held_token = held.fencing_token();
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let local_guard = local_waiter.await.unwrap().unwrap();
+    assert!(local_guard.fencing_token() > held_token);
+    assert_eq!(fx.backend().stats().transferred, 1);
+    assert_eq!(command_calls(&fx.server, "evalsha") - scripts, 1);
+    assert_eq!(command_calls(&fx.server, "publish") - publishes, 0);
+    assert!(
+        !other_waiter.is_finished(),
+        "the other process got the lock too"
+    );
+    let still = next_waiter(&fx, "batch").expect("the other process lost its place");
+    assert_eq!(owner_of(&still), owner_of(&waiting));
+    // Nobody queued locally: the release hands the lock over.
+    let local_token = local_guard.fencing_token();
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
+    assert!(other_guard.fencing_token() > local_token);
+    assert_eq!(other_guard.release().await.unwrap(), Released::Released);
+}
+
+/// A local batch ends `local_batch` after the lock came to the process, however many tasks it
+/// passed through: the transferred lock's release, past that time, hands the lock to the other
+/// process's next waiter, and the next local task queues behind it. (Were the batch counted
+/// from each transfer, a process with tasks always queued would keep the lock for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_batch_ends_its_time_after_the_lock_came_to_the_process() {
+    const BATCH: Duration = Duration::from_secs(2);
+    let fx = SingleRedis::start(|b| b.local_batch(BATCH));
+    let began = std::time::Instant::now();
+    let (held, other, other_waiter, local_waiter) =
+        held_with_waiters_here_and_there(&fx, "batch-ends").await;
+    // The lock came to this process (by a handover) between `began` and now.
+    let came = std::time::Instant::now();
+    assert!(
+        came - began < BATCH / 2,
+        "setting up took most of the batch: {:?}",
+        came - began
+    );
+    // A quarter into the batch (at most three quarters, counted from the handover): transferred.
+    // The transferred lock is then three quarters of the batch younger than the batch.
+    tokio::time::sleep_until((came + BATCH / 4).into()).await;
+    assert_eq!(held.release().await.unwrap(), Released::Released);
+    let local_guard = local_waiter.await.unwrap().unwrap();
+    assert_eq!(fx.backend().stats().transferred, 1);
+    let second_local = spawn_waiter(fx.backend(), "batch-ends");
+    let queued = raw::until_local(LONG, async || raw::local_waiters(fx.backend()) == 1).await;
+    assert!(queued, "the second local task never queued");
+    // The batch's time is what this test is about: it runs out while the lock is held.
+    tokio::time::sleep_until((came + BATCH).into()).await;
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+    let other_guard = other_waiter.await.unwrap().unwrap();
+    assert_eq!(other.stats().handed_over, 1, "{:?}", other.stats());
+    assert_eq!(
+        fx.backend().stats().transferred,
+        1,
+        "transferred past the batch"
+    );
+    assert!(
+        !second_local.is_finished(),
+        "the local task overtook the other process"
+    );
+    let local_guard = after_the_other_process(other_guard, second_local).await;
+    assert_eq!(local_guard.release().await.unwrap(), Released::Released);
+    assert_eq!(token_on_server(fx.backend(), "batch-ends").await, None);
+}
+
+/// The owner token in a next waiter's record (`<grant ms> <owner>[ ...]`).
+fn owner_of(record: &str) -> &str {
+    record.split(' ').nth(1).unwrap_or_default()
+}
+
 /// A local task that leaves after the release made it the next waiter, before it takes that
 /// place, gives the place up in the background: the other process's release then frees the
 /// lock instead of handing it to nobody.
@@ -254,7 +340,10 @@ async fn a_lock_another_process_waits_for_goes_to_it_and_the_local_task_queues_b
 async fn a_successor_that_left_before_taking_its_place_gives_it_up() {
     // A place that lasts 10 s (3 × max_backoff, at most the TTL): only giving it up ends it
     // within the test.
-    let fx = SingleRedis::start(|b| b.max_backoff(Duration::from_secs(5)));
+    let fx = SingleRedis::start(|b| {
+        b.max_backoff(Duration::from_secs(5))
+            .local_batch(Duration::ZERO)
+    });
     raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));
     let (held, _other, other_waiter, local_waiter) =
         held_with_waiters_here_and_there(&fx, "place").await;
@@ -289,7 +378,7 @@ async fn a_successor_that_left_before_taking_its_place_gives_it_up() {
 /// place and is handed the lock after the other process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_reply_of_a_release_that_handed_the_lock_over_reports_it_released() {
-    let fx = SingleRedis::start(|b| b);
+    let fx = SingleRedis::start(|b| b.local_batch(Duration::ZERO));
     let (held, other, other_waiter, local_waiter) =
         held_with_waiters_here_and_there(&fx, "lost-queue").await;
     raw::lose_first_transfer_replies(fx.backend());
@@ -376,7 +465,7 @@ async fn a_release_cancelled_mid_transfer_leaves_the_successor_to_ask() {
 /// the other process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cancelled_mid_handover_gives_the_queued_place_up() {
-    let fx = SingleRedis::start(|b| b);
+    let fx = SingleRedis::start(|b| b.local_batch(Duration::ZERO));
     let (held, _other, other_waiter, local_waiter) =
         held_with_waiters_here_and_there(&fx, "cancelled-queue").await;
     raw::set_transfer_reply_delay(fx.backend(), Duration::from_secs(1));

@@ -71,7 +71,11 @@ impl Request<'_> {
                         owner,
                         fence,
                         since,
-                    }) => return Ok(self.transferred(key, owner, fence, since, turn)),
+                        run_started,
+                    }) => {
+                        let lease = self.transferred(key, owner, fence, since, run_started, turn);
+                        return Ok(lease);
+                    }
                     // It handed the lock to another process, and made this task the next
                     // waiter after it: this task waits for the handover, without asking first.
                     Some(Claimed::Place {
@@ -95,19 +99,21 @@ impl Request<'_> {
     }
 
     /// The lease of a lock a local transfer granted to this task with `fence`, valid from
-    /// `since` (when the transfer was sent), held with the owner token the task pledged.
+    /// `since` (when the transfer was sent), held with the owner token the task pledged, in the
+    /// run of this process's holders in a row that began at `run_started`.
     fn transferred(
         &self,
         key: String,
         owner: Owner,
         fence: u64,
         since: Instant,
+        run_started: Instant,
         turn: Turn,
     ) -> Arc<HeldLease> {
         let stats = &self.backend.inner.stats;
         Stats::bump(&stats.acquired);
         Stats::bump(&stats.transferred);
-        let lease = HeldLease::new(
+        let mut lease = HeldLease::new(
             stats.clone(),
             self.labels.clone(),
             key,
@@ -116,6 +122,7 @@ impl Request<'_> {
             &self.terms,
             since,
         );
+        lease.run_started = run_started;
         lease.keep_turn(turn);
         Arc::new(lease)
     }

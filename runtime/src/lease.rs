@@ -76,6 +76,12 @@ pub(crate) struct HeldLease {
     /// A transfer of this lock to the owner token a local successor pledged may have run (its
     /// releaser never learnt): the release frees whichever of the two holds the key.
     transferred_to: OnceLock<Owner>,
+    /// When this process's run of holders of the key in a row, which this lease belongs to,
+    /// began: when the lock was acquired or handed over from another process, and the
+    /// releaser's for a lock a local transfer granted. The release transfers the lock ahead of
+    /// another process's next waiter only while the run is younger than the backend's
+    /// `local_batch`.
+    pub(crate) run_started: Instant,
 }
 
 impl HeldLease {
@@ -106,6 +112,7 @@ impl HeldLease {
             confirming: AtomicBool::new(false),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
+            run_started: Instant::now(),
             transferred_to: OnceLock::new(),
         }
     }

@@ -138,12 +138,16 @@ async fn pass_turn_once_sent<F: Future>(lease: &HeldLease, release: F) -> F::Out
 }
 
 /// The task queued first behind `lease` in this process, if the engine can transfer the lock
-/// to it: an exclusive lock granted with a token (not one whose acquire never answered).
+/// to it: an exclusive lock granted with a token (not one whose acquire never answered). The
+/// transfer may go ahead of another process's next waiter while the run of this process's
+/// holders in a row is younger than the backend's `local_batch`.
 fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64, Successor)> {
     let transfers = backend.inner.engine.transfers()
         && lease.kind == LockKind::Exclusive
         && !lease.is_unconfirmed();
-    transfers.then(|| lease.successor()).flatten()
+    let (ticket, mut successor) = transfers.then(|| lease.successor()).flatten()?;
+    successor.ahead_of_waiter = lease.run_started.elapsed() < backend.inner.settings.local_batch;
+    Some((ticket, successor))
 }
 
 /// Releases `lease`'s lock and, unless others wait for it, transfers it in the same script to
@@ -260,6 +264,8 @@ struct SuccessorLock {
     place: Option<Duration>,
     /// When the transfer was first sent: the successor's lease is valid from then.
     since: Instant,
+    /// When the run of this process's holders in a row that the successor joins began.
+    run_started: Instant,
 }
 
 impl SuccessorLock {
@@ -274,6 +280,7 @@ impl SuccessorLock {
             place: None,
             // Valid from the first send: the server grants no earlier than that.
             since: Instant::now(),
+            run_started: lease.run_started,
         }
     }
 
@@ -317,6 +324,7 @@ impl Transferred for SuccessorLock {
                 owner,
                 fence: self.fence,
                 since: self.since,
+                run_started: self.run_started,
             },
             Some(grant) => Claimed::Place {
                 owner,
@@ -555,6 +563,7 @@ async fn release_either(
     let either = Successor {
         owner: successor.clone(),
         ttl: Duration::ZERO,
+        ahead_of_waiter: false,
     };
     let transfer = backend
         .inner

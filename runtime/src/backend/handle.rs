@@ -18,6 +18,8 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) renew_batch: usize,
+    /// How long a key passes between this process's tasks while another process waits for it.
+    pub(crate) local_batch: Duration,
     pub(crate) max_backoff: Duration,
     /// Fraction of a lease's TTL taken off its validity for clock drift.
     pub(crate) drift_factor: f64,

@@ -5,7 +5,8 @@
 --              "L<fence> <owner>[ <label>]"  held (the label says who holds it, for operators:
 --                                            `hostname:pid` by default; never the owner)
 --              "H<fence> <owner>[ <label>]"  held, and its next waiter (below) was told it is
---                                            busy, nobody else: release hands it over
+--                                            busy, nobody else: release hands it over (or, in a
+--                                            local batch, transfers it: release.lua)
 --              "W<fence> <owner>[ <label>]"  held, and someone was told it is busy (release will
 --                                            publish, or hand it over and publish)
 --              "F<fence>"             free: the last token issued, kept by release for the

@@ -9,18 +9,21 @@
 --            the node owning the key's slot, in a Redis Cluster)
 -- ARGV[4]    this process's handover channel ("" for none): where a handover to a successor it
 --            queues (below) is announced
--- ARGV[i+4]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>" to
---            transfer the lock to a task of the same process queued behind this holder (a local
---            transfer), or, if it is handed over, to make that task its next waiter; or
+-- ARGV[i+4]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>[ +]"
+--            to transfer the lock to a task of the same process queued behind this holder (a
+--            local transfer), or, if it is handed over, to make that task its next waiter ("+":
+--            the transfer may go ahead of another process's next waiter); or
 --            "<owner> <successor> 0" to release the lock if either token holds it, after a
 --            transfer whose outcome its releaser never learnt (and give up either's place as the
 --            next waiter)
 --
 -- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
 -- the next token and the successor's TTL, and the holder label of the lock it replaces (the
--- same process's) — one script per local handoff instead of a release and an acquire. A lock
--- others wait for ("W", "H") is released as if no successor were named: the waiters of other
--- processes come first. Handed over to another process's next waiter, the lock gets the
+-- same process's) — one script per local handoff instead of a release and an acquire. So does
+-- a lock only its next waiter was told is busy ("H") when the transfer may go ahead of it
+-- ("+": the process's run of holders in a row is short, BackendBuilder::local_batch); it stays
+-- "H", and that waiter keeps its place. A lock others wait for ("W", or "H" without "+") is
+-- released as if no successor were named: the waiters of other processes come first. Handed over to another process's next waiter, the lock gets the
 -- successor as its own next waiter, with the grant time given (acquire.lua's record, as the
 -- successor's first ask would have written it): the successor waits for the handover without
 -- asking, and the lock goes back and forth between processes one message each way. Otherwise
@@ -87,13 +90,16 @@ end
 local result = {}
 for i, key in ipairs(KEYS) do
   local owner, successor, successor_ttl, successor_grant = ARGV[i + 4], nil, nil, nil
+  local ahead = false
   local split = string.find(owner, ' ', 1, true)
   if split then
     local ttl_at = string.find(owner, ' ', split + 1, true)
     local grant_at = string.find(owner, ' ', ttl_at + 1, true)
+    local ahead_at = grant_at and string.find(owner, ' ', grant_at + 1, true)
     successor = string.sub(owner, split + 1, ttl_at - 1)
     successor_ttl = string.sub(owner, ttl_at + 1, (grant_at or 0) - 1)
-    successor_grant = grant_at and string.sub(owner, grant_at + 1)
+    successor_grant = grant_at and string.sub(owner, grant_at + 1, (ahead_at or 0) - 1)
+    ahead = ahead_at ~= nil
     owner = string.sub(owner, 1, split - 1)
   end
   -- A successor with no TTL names a transfer that may have run: the lock is released as either
@@ -130,10 +136,10 @@ for i, key in ipairs(KEYS) do
           code = 1
         end
       end
-    elseif state == 'L' and successor then
+    elseif successor and (state == 'L' or (state == 'H' and ahead)) then
       local label_at = string.find(value, ' ', space + 1, true)
       local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
-      redis.call('SET', key, 'L' .. fence .. ' ' .. successor
+      redis.call('SET', key, state .. fence .. ' ' .. successor
         .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_ttl)
       code = {5, tonumber(fence)}
     elseif state == 'L' then

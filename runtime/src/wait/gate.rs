@@ -49,6 +49,10 @@ struct Waiter {
 pub(crate) struct Successor {
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
+    /// The transfer may go ahead of another process's next waiter: the run of this process's
+    /// holders in a row that the releasing holder belongs to began less than the backend's
+    /// `local_batch` ago (set by the release; `false` as queued).
+    pub(crate) ahead_of_waiter: bool,
 }
 
 /// A lock that a local transfer granted to a queued task — or its place as the lock's next
@@ -70,6 +74,9 @@ pub(crate) enum Claimed {
         owner: Owner,
         fence: u64,
         since: Instant,
+        /// When the run of this process's holders in a row that the task joins began: its
+        /// lease's `run_started`.
+        run_started: Instant,
     },
     /// The place as the lock's next waiter, recorded for the pledged owner token for `grant`
     /// from the server's reply to a request sent at `since`: the lock comes by handover.
@@ -143,6 +150,7 @@ impl Gates {
                         successor: Successor {
                             owner: Owner::random(),
                             ttl,
+                            ahead_of_waiter: false,
                         },
                         turn: sender,
                     });

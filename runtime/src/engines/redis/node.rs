@@ -70,9 +70,9 @@ impl ReleaseCall {
 
     /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
     /// token and TTL for a transfer and, where the server records next waiters (`handoff`, the
-    /// grant time), the successor's grant time, should the lock be handed over instead. A
-    /// successor with no TTL names a transfer that may have run: the lock is released if either
-    /// token holds it.
+    /// grant time), the successor's grant time, should the lock be handed over instead, and
+    /// ` +` if the transfer may go ahead of another process's next waiter. A successor with no
+    /// TTL names a transfer that may have run: the lock is released if either token holds it.
     fn script_arg(&self, handoff: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
         let Some(successor) = &self.successor else {
             return self.owner.as_bytes().into();
@@ -91,6 +91,9 @@ impl ReleaseCall {
         if let Some(grant) = handoff {
             use std::fmt::Write;
             let _ = write!(arg, " {}", grant_for(grant, successor.ttl).as_millis());
+            if successor.ahead_of_waiter {
+                arg.push_str(" +");
+            }
         }
         arg.into_bytes().into()
     }
