@@ -77,8 +77,8 @@ pub(crate) struct HeldLease {
     /// releaser never learnt): the release frees whichever of the two holds the key.
     transferred_to: OnceLock<Owner>,
     /// When this process's run of holders of the key in a row, which this lease belongs to,
-    /// began: when the lock was acquired or handed over from another process, and the
-    /// releaser's for a lock a local transfer granted. The release transfers the lock ahead of
+    /// began: when the lock was requested (acquired) or came by a handover from another
+    /// process, and the releaser's for a lock a local transfer granted. The release transfers the lock ahead of
     /// another process's next waiter only while the run is younger than the backend's
     /// `local_batch`.
     pub(crate) run_started: Instant,
@@ -112,7 +112,7 @@ impl HeldLease {
             confirming: AtomicBool::new(false),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
-            run_started: Instant::now(),
+            run_started: requested_at,
             transferred_to: OnceLock::new(),
         }
     }
@@ -155,6 +155,9 @@ impl HeldLease {
     pub(crate) fn handed_over(&mut self, since: Instant, grant: Duration, drift_factor: f64) {
         *self.valid_until.get_mut() = to_nanos(since + valid_for(grant, drift_factor));
         *self.confirming.get_mut() = true;
+        // `since` may be long before the handover came (the waiter waited after asking): the
+        // process's run starts now.
+        self.run_started = Instant::now();
     }
 
     /// Handed over and not yet confirmed by a renewal.
