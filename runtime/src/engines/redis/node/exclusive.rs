@@ -1,0 +1,634 @@
+//! The exclusive lock's scripts as typed calls: `acquire.lua` (batched), `release.lua` and the
+//! conditional `SET … IFEQ` release beside it, the local transfer, and the fencing token's
+//! write-back.
+
+use super::{asker_code, millis, ownership, unexpected, Node, ReplicaAck};
+use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer};
+use crate::engines::redis::conditional;
+use crate::engines::redis::diagnose;
+use crate::engines::redis::handover_channel::HandoverChannel;
+use crate::key::KeyNames;
+use crate::kind::LockKind;
+use crate::owner::Owner;
+use crate::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
+use crate::wait::Successor;
+use redis::{FromRedisValue, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// One lock of a batched acquire: its key (already prefixed), owner, lease TTL, and who asks.
+#[derive(Debug, Clone)]
+pub(crate) struct LockCall {
+    pub(crate) lock: String,
+    pub(crate) owner: Owner,
+    pub(crate) ttl: Duration,
+    pub(crate) asker: Asker,
+}
+
+/// One lock of a batched release: its key (already prefixed), its owner, how it was granted
+/// (a first-try grant can be released by a conditional `SET` where the server has one), and the
+/// local task it is transferred to if nobody else waits for it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReleaseCall {
+    pub(crate) lock: String,
+    pub(crate) owner: Owner,
+    pub(crate) granted: GrantedAs,
+    pub(crate) successor: Option<Successor>,
+}
+
+impl ReleaseCall {
+    /// An ownership-checked release of `owner`'s lock, with nothing known of its grant.
+    pub(crate) fn plain(lock: String, owner: Owner) -> ReleaseCall {
+        ReleaseCall {
+            lock,
+            owner,
+            granted: GrantedAs::Unknown,
+            successor: None,
+        }
+    }
+
+    /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
+    /// token and TTL for a transfer and, where the server records next waiters (`handoff`, the
+    /// grant time), the successor's grant time, should the lock be handed over instead, and
+    /// ` +` if the transfer may go ahead of another process's next waiter. A successor with no
+    /// TTL names a transfer that may have run: the lock is released if either token holds it.
+    fn script_arg(&self, handoff: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
+        let Some(successor) = &self.successor else {
+            return self.owner.as_bytes().into();
+        };
+        if successor.ttl.is_zero() {
+            // Release whichever of the two tokens holds the lock (a transfer may have run).
+            let arg = format!("{} {} 0", self.owner.as_str(), successor.owner.as_str());
+            return arg.into_bytes().into();
+        }
+        let mut arg = format!(
+            "{} {} {}",
+            self.owner.as_str(),
+            successor.owner.as_str(),
+            successor.ttl.as_millis().max(1)
+        );
+        if let Some(grant) = handoff {
+            use std::fmt::Write;
+            let _ = write!(arg, " {}", grant_for(grant, successor.ttl).as_millis());
+            if successor.ahead_of_waiter {
+                arg.push_str(" +");
+            }
+        }
+        arg.into_bytes().into()
+    }
+}
+
+/// A next waiter's grant time for a lease of `ttl` where the engine's is `grant`, as the
+/// scripts compute it: the smaller of the two, in whole milliseconds.
+fn grant_for(grant: Duration, ttl: Duration) -> Duration {
+    let grant_ms = grant.as_millis().max(1);
+    let ttl_ms = ttl.as_millis().max(1);
+    Duration::from_millis(grant_ms.min(ttl_ms) as u64)
+}
+
+/// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
+/// enough for a notification and an acquire round trip on a busy machine, short enough that a
+/// notified waiter that vanished leaves the lock idle only briefly.
+pub(crate) const HANDOFF_WINDOW: Duration = Duration::from_millis(10);
+
+/// The handoff window in force: [`HANDOFF_WINDOW`], unless a test hook set another.
+pub(crate) fn handoff_window(hooks: &crate::hooks::SharedHooks) -> Duration {
+    match crate::hooks::read(hooks).handoff_window {
+        Duration::ZERO => HANDOFF_WINDOW,
+        set => set,
+    }
+}
+
+/// What the release script found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    Found(Ownership),
+    /// Released, but the server refused the notification (the user may not publish).
+    ReleasedUnannounced,
+    /// Transferred to the call's successor, which holds it with this token.
+    Transferred {
+        fence: u64,
+    },
+    /// Handed over to another process's next waiter, with the call's successor recorded as the
+    /// next waiter after it, for this grant time.
+    Queued {
+        grant: Duration,
+    },
+}
+
+impl Node {
+    /// `acquire.lua` for one lock: take it (or find it busy, and mark it waited on); the token is
+    /// this server's, with its clock counted in steps of `clock_step_us` (1 for µs).
+    ///
+    /// # Cancel safety
+    /// As [`acquire_many`](Self::acquire_many): a dropped call may hold the lock; the caller
+    /// releases it with the same owner.
+    pub(crate) async fn acquire(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        ttl: Duration,
+        clock_step_us: u32,
+        asker: Asker,
+    ) -> EngineResult<Acquired> {
+        let item = LockCall {
+            lock: names.lock.clone(),
+            owner: owner.clone(),
+            ttl,
+            asker,
+        };
+        let mut answers = self
+            .acquire_many(std::slice::from_ref(&item), clock_step_us)
+            .await?;
+        answers
+            .pop()
+            .ok_or_else(|| unexpected("acquire", "no answer"))?
+    }
+
+    /// `acquire.lua` for a batch of locks (already prefixed): one answer per lock. A lock whose
+    /// key holds a value distlock did not write is answered with its own error; the others are
+    /// unaffected.
+    ///
+    /// With [`ReplicaAck`], the script is followed by `WAIT` in the same round trip, and grants
+    /// the replicas did not acknowledge are released again before the answer
+    /// ([`Acquired::Unreplicated`]).
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a dropped call may have taken its locks; the callers release
+    /// them with the owner tokens they keep (`acquire.rs`, `batches.rs`).
+    pub(crate) async fn acquire_many(
+        &self,
+        items: &[LockCall],
+        clock_step_us: u32,
+    ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        let step = clock_step_us.to_string();
+        let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
+        let handoff = self.handoff_arg();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 3 * items.len());
+        args.push(step.as_bytes());
+        args.push(&self.label);
+        args.push(&handoff);
+        for (item, ttl) in items.iter().zip(&ttls) {
+            args.push(item.owner.as_bytes());
+            args.push(ttl);
+            args.push(asker_code(item.asker));
+        }
+        let (reply, acknowledged): (Vec<i64>, _) = self
+            .invoke_acked(&ACQUIRE, &keys, &args, self.replica_ack)
+            .await?;
+        if reply.len() != 2 * items.len() {
+            return Err(unexpected("acquire", reply));
+        }
+        let answers: Vec<EngineResult<Acquired>> = reply
+            .chunks_exact(2)
+            .zip(items)
+            .map(|(answer, item)| match *answer {
+                [1, fence] if fence > 0 => Ok(Acquired::Yes {
+                    fence: fence as u64,
+                }),
+                [0, pttl] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    reserved: false,
+                    next: None,
+                }),
+                [4, pttl] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    reserved: false,
+                    next: self.handoff.map(|grant| grant_for(grant, item.ttl)),
+                }),
+                [3, left] => Ok(Acquired::Busy {
+                    ttl: u64::try_from(left).ok().map(Duration::from_millis),
+                    reserved: true,
+                    next: None,
+                }),
+                [-2, _] => Err(EngineFailure {
+                    ambiguous: false,
+                    source: diagnose::foreign_value(&format!("the key {}", item.lock)).into(),
+                }),
+                [-3, _] => Err(EngineFailure::kind_mismatch(
+                    &item.lock,
+                    LockKind::Exclusive,
+                )),
+                _ => Err(unexpected("acquire", answer)),
+            })
+            .collect();
+        match (self.replica_ack, acknowledged) {
+            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas => Ok(self
+                .take_back_unreplicated(items, answers, ack, acknowledged)
+                .await),
+            _ => Ok(answers),
+        }
+    }
+
+    /// Grants that fewer replicas than wanted acknowledged are released at once (a failover now
+    /// could hand them to someone else) and answered [`Acquired::Unreplicated`]. A grant whose
+    /// release fails is answered with that failure, ambiguous: the caller's cleanup releases it
+    /// again with the same owner.
+    ///
+    /// # Cancel safety
+    /// Dropped before the release answered, the grants may still be held: the caller's acquire
+    /// is still in flight then (`acquire.rs`), and its cleanup releases them with the same owner.
+    async fn take_back_unreplicated(
+        &self,
+        items: &[LockCall],
+        answers: Vec<EngineResult<Acquired>>,
+        ack: ReplicaAck,
+        acknowledged: u32,
+    ) -> Vec<EngineResult<Acquired>> {
+        let granted: Vec<ReleaseCall> = items
+            .iter()
+            .zip(&answers)
+            .filter(|(_, answer)| matches!(answer, Ok(Acquired::Yes { .. })))
+            .map(|(item, _)| ReleaseCall::plain(item.lock.clone(), item.owner.clone()))
+            .collect();
+        if granted.is_empty() {
+            return answers;
+        }
+        // The marker keeps the token granted (and taken back) as the one the next must exceed.
+        let released = self
+            .release_by_script(&granted, ack.marker_ttl, HANDOFF_WINDOW)
+            .await;
+        let unreplicated = Acquired::Unreplicated {
+            acknowledged,
+            wanted: ack.replicas,
+            timeout: ack.timeout,
+        };
+        answers
+            .into_iter()
+            .map(|answer| match (answer, &released) {
+                (Ok(Acquired::Yes { .. }), Ok(_)) => Ok(unreplicated),
+                (Ok(Acquired::Yes { .. }), Err(failure)) => Err(EngineFailure {
+                    ambiguous: true,
+                    source: format!(
+                        "{acknowledged} of {} replicas acknowledged the lock, and releasing it \
+                         failed: {}",
+                        ack.replicas, failure.source
+                    )
+                    .into(),
+                }),
+                (other, _) => other,
+            })
+            .collect()
+    }
+
+    /// `fence_writeback.lua`: record `fence` as the lock's token (and so, after the release, as
+    /// the marker the next token must exceed) where `owner` still holds the lock. `true` when it
+    /// did.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): a write-back already sent may still record `fence` where
+    /// `owner` holds the lock; its acquire is still in flight then, and that acquire's cleanup
+    /// releases with the same owner.
+    pub(crate) async fn write_back_fence(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        fence: u64,
+        kind: LockKind,
+    ) -> EngineResult<bool> {
+        let who = match kind.is_shared() {
+            true => [&b"~"[..], &self.member(owner)].concat(),
+            false => owner.as_bytes().to_vec(),
+        };
+        let done: i64 = self
+            .invoke(
+                &FENCE_WRITEBACK,
+                &[&names.lock],
+                &[&who, fence.to_string().as_bytes()],
+            )
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Releases one lock: free it if `owner` holds it, leaving its token as a marker for
+    /// `fence_counter_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    pub(crate) async fn release(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        granted: GrantedAs,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
+        let item = ReleaseCall {
+            granted,
+            ..ReleaseCall::plain(names.lock.clone(), owner.clone())
+        };
+        self.release_call(item, fence_counter_ttl, handoff_window)
+            .await
+    }
+
+    /// Releases `owner`'s lock and transfers it to `successor` in the same script unless
+    /// others wait for it (`release.lua`).
+    ///
+    /// # Cancel safety
+    /// As [`release_by_script`](Self::release_by_script): dropped after sending, the lock may
+    /// be transferred all the same; asked again, a transfer that ran answers again.
+    pub(crate) async fn transfer(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        successor: &Successor,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
+        let item = ReleaseCall {
+            successor: Some(successor.clone()),
+            ..ReleaseCall::plain(names.lock.clone(), owner.clone())
+        };
+        self.release_call(item, fence_counter_ttl, handoff_window)
+            .await
+    }
+
+    /// [`release_calls`](Self::release_calls) for one lock: its answer.
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    async fn release_call(
+        &self,
+        item: ReleaseCall,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
+        let mut answers = self
+            .release_calls(
+                std::slice::from_ref(&item),
+                fence_counter_ttl,
+                handoff_window,
+            )
+            .await?;
+        answers
+            .pop()
+            .ok_or_else(|| unexpected("release", "no answer"))
+    }
+
+    /// Releases a batch of exclusive locks (already prefixed), one answer each, in one round trip
+    /// where it can: the locks granted quietly with one conditional `SET … IFEQ` each where the
+    /// server has it ([`conditional`]), the others by `release.lua` in the same pipeline. A
+    /// conditional write that does not find the lock as granted (waited on, expired, taken over)
+    /// is followed by `release.lua` for that lock, which notifies its waiters and tells which.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, some locks may be released; the
+    /// caller finishes the release in the background (`release.rs`), where a lock already
+    /// released reads as gone.
+    pub(crate) async fn release_calls(
+        &self,
+        items: &[ReleaseCall],
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        // By index: the locks a conditional write may release, with their tokens, and the rest.
+        let (mut quiet, mut scripted): (Vec<(usize, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
+        for (index, item) in items.iter().enumerate() {
+            match item.granted {
+                GrantedAs::Quietly { fence }
+                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
+                {
+                    quiet.push((index, fence));
+                }
+                _ => scripted.push(index),
+            }
+        }
+        if quiet.is_empty() {
+            return self
+                .release_by_script(items, fence_counter_ttl, handoff_window)
+                .await;
+        }
+        let bound = self.connection().await?;
+        if !bound.conditional_set.usable() {
+            return self
+                .release_by_script(items, fence_counter_ttl, handoff_window)
+                .await;
+        }
+        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
+        let mut pipe = redis::pipe();
+        for (index, fence) in &quiet {
+            let item = &items[*index];
+            pipe.add_command(conditional::release_command(
+                &item.lock,
+                *fence,
+                &item.owner,
+                &self.label,
+                fence_counter_ttl,
+            ));
+        }
+        let marker_ttl = millis(fence_counter_ttl);
+        let window = millis(handoff_window);
+        if !scripted.is_empty() {
+            let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
+            let owners: Vec<_> = scripted
+                .iter()
+                .map(|i| items[*i].script_arg(self.handoff))
+                .collect();
+            let args = self.release_args(&owners, &marker_ttl, &window);
+            pipe.add_command(RELEASE.evalsha(&keys, &args));
+        }
+        let mut conn = bound.conn.clone();
+        let replies: Vec<Value> =
+            pipe.ignore_errors()
+                .query_async(&mut conn)
+                .await
+                .map_err(|err| {
+                    self.after_failure(&bound, &err);
+                    self.failure(err)
+                })?;
+        if replies.len() != quiet.len() + usize::from(!scripted.is_empty()) {
+            return Err(unexpected("release", replies));
+        }
+        let mut replies = replies.into_iter();
+        for ((index, _), reply) in quiet.iter().zip(replies.by_ref()) {
+            match conditional::outcome(&reply, &bound.conditional_set) {
+                conditional::Outcome::Released => {
+                    answers[*index] = Some(ReleaseReply::Found(Ownership::Ours));
+                }
+                conditional::Outcome::NotAsGranted => self.contended.note(&items[*index].lock),
+                _ => {}
+            }
+        }
+        // The script's answer; an error (NOSCRIPT on first use, say) sends its locks again below.
+        let codes = replies
+            .next()
+            .and_then(|reply| reply.extract_error().ok())
+            .and_then(|reply| Vec::<Value>::from_redis_value(reply).ok());
+        if let Some(codes) = codes {
+            let calls = scripted.iter().map(|i| &items[*i]);
+            if let Ok(released) = release_replies(codes, calls, self.handoff) {
+                for (index, answer) in scripted.iter().zip(released) {
+                    answers[*index] = Some(answer);
+                }
+            }
+        }
+        let released_already = answers.iter().any(Option::is_some);
+        let rest: Vec<usize> = (0..items.len()).filter(|i| answers[*i].is_none()).collect();
+        if !rest.is_empty() {
+            let pending: Vec<ReleaseCall> = rest.iter().map(|i| items[*i].clone()).collect();
+            let again = self
+                .release_by_script(&pending, fence_counter_ttl, handoff_window)
+                .await
+                .map_err(|mut failure| {
+                    // The batch's other locks were released: to their callers the failure must
+                    // read as "may have run", so that a retry finding them gone counts as done.
+                    failure.ambiguous |= released_already;
+                    failure
+                })?;
+            for (index, answer) in rest.into_iter().zip(again) {
+                answers[index] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.ok_or_else(|| unexpected("release", "no answer")))
+            .collect()
+    }
+
+    /// `acquire.lua`'s grant time of next waiters: `0` (none are recorded), or the milliseconds
+    /// followed by this process's handover channel, if it has a usable one.
+    fn handoff_arg(&self) -> Vec<u8> {
+        let Some(grant) = self.handoff else {
+            return b"0".to_vec();
+        };
+        let mut arg = millis(grant);
+        if let Some(channel) = self.usable_handover_channel() {
+            arg.push(b' ');
+            arg.extend_from_slice(channel.as_bytes());
+        }
+        arg
+    }
+
+    fn usable_handover_channel(&self) -> Option<&str> {
+        self.handover_channel
+            .as_deref()
+            .and_then(HandoverChannel::usable)
+    }
+
+    /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
+    /// ([`ReleaseCall::script_arg`]).
+    fn release_args<'a>(
+        &'a self,
+        owners: &'a [std::borrow::Cow<'a, [u8]>],
+        marker_ttl: &'a [u8],
+        window: &'a [u8],
+    ) -> Vec<&'a [u8]> {
+        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + owners.len());
+        args.push(marker_ttl);
+        args.push(window);
+        args.push(self.publish.as_bytes());
+        args.push(self.usable_handover_channel().unwrap_or("").as_bytes());
+        args.extend(owners.iter().map(|owner| &**owner));
+        args
+    }
+
+    /// `release.lua` for every one of `items` (locks already prefixed): one answer each. A lock
+    /// that was waited on is left to the waiters it notifies for `handoff_window`; one that was
+    /// not, and names a successor, is transferred to it.
+    ///
+    /// # Cancel safety
+    /// As [`invoke`](Self::invoke): dropped after sending, the locks may be released (or
+    /// transferred) all the same; callers that must know release again with the same owners,
+    /// where a lock already released reads as gone and a transfer that ran answers again.
+    pub(crate) async fn release_by_script(
+        &self,
+        items: &[ReleaseCall],
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
+        let owners: Vec<_> = items
+            .iter()
+            .map(|item| item.script_arg(self.handoff))
+            .collect();
+        let marker_ttl = millis(fence_counter_ttl);
+        let window = millis(handoff_window);
+        let args = self.release_args(&owners, &marker_ttl, &window);
+        let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
+        release_replies(codes, items.iter(), self.handoff)
+    }
+}
+
+/// What a release found, for one server's engine: a release the server could not announce is
+/// reported (once per engine) and counts as done.
+pub(crate) fn settle_release(
+    reply: ReleaseReply,
+    reported: &AtomicBool,
+    prefix: &str,
+    lock: &str,
+) -> Ownership {
+    match reply {
+        ReleaseReply::Found(ownership) => ownership,
+        ReleaseReply::ReleasedUnannounced => {
+            report_refused_publish(reported, prefix, &crate::key::channel_of(lock));
+            Ownership::Ours
+        }
+        // Only a call naming a successor is transferred or queued: ours until then.
+        ReleaseReply::Transferred { .. } | ReleaseReply::Queued { .. } => Ownership::Ours,
+    }
+}
+
+/// What a release naming a successor did, for one server's engine ([`settle_release`] when it
+/// was not transferred).
+pub(crate) fn settle_transfer(
+    reply: ReleaseReply,
+    reported: &AtomicBool,
+    prefix: &str,
+    lock: &str,
+) -> Transfer {
+    match reply {
+        ReleaseReply::Transferred { fence } => Transfer::Granted { fence },
+        ReleaseReply::Queued { grant } => Transfer::Queued { grant },
+        reply => Transfer::Released(settle_release(reply, reported, prefix, lock)),
+    }
+}
+
+/// The release script could not announce a release: say so, once per engine, loudly — the
+/// release itself stands.
+pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channel: &str) {
+    if reported.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    tracing::warn!(
+        target: "distlock::release",
+        channel,
+        prefix,
+        "the server refused to publish a release notification (the Redis user may not \
+         publish on the channel); releases still happen, but waiters in other processes learn \
+         of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
+    );
+}
+
+/// `release.lua`'s answer for the locks of `calls`: a code each (`6`: handed over, the
+/// successor queued behind with its grant time out of `handoff`), or `{5, fence}` for a transfer.
+fn release_replies<'a>(
+    codes: Vec<Value>,
+    calls: impl ExactSizeIterator<Item = &'a ReleaseCall>,
+    handoff: Option<Duration>,
+) -> EngineResult<Vec<ReleaseReply>> {
+    if codes.len() != calls.len() {
+        return Err(unexpected("release", codes));
+    }
+    codes
+        .into_iter()
+        .zip(calls)
+        .map(|(code, call)| match code {
+            Value::Int(2) => Ok(ReleaseReply::ReleasedUnannounced),
+            Value::Int(6) => match (&call.successor, handoff) {
+                (Some(successor), Some(grant)) => Ok(ReleaseReply::Queued {
+                    grant: grant_for(grant, successor.ttl),
+                }),
+                _ => Err(unexpected("release", code)),
+            },
+            Value::Int(code) => Ok(ReleaseReply::Found(ownership(code))),
+            Value::Array(ref pair) => match pair.as_slice() {
+                [Value::Int(5), Value::Int(fence)] => Ok(ReleaseReply::Transferred {
+                    fence: *fence as u64,
+                }),
+                _ => Err(unexpected("release", code)),
+            },
+            other => Err(unexpected("release", other)),
+        })
+        .collect()
+}
