@@ -503,14 +503,29 @@ impl Fixture for Cluster {
     }
 }
 
-/// Every lock held under the prefix on `server` (the markers free locks leave excluded).
+/// Every lock held under the prefix on `server` (the markers free locks leave excluded), as one
+/// snapshot: the keys and their values are read by one script, at one instant of the server's,
+/// in one round trip — however many keys a test left, the check sees them all as they were when
+/// it began, and a lock released a moment later cannot hide among keys read one by one.
 pub fn held_lock_keys(server: &RedisServer) -> Vec<String> {
-    let Reply::Array(Some(keys)) = server.command(&["KEYS", &format!("{PREFIX}:*")]) else {
-        panic!("KEYS failed")
+    // A cluster node runs it over the keys of all its slots (cross-slot, by the flag).
+    const SNAPSHOT: &str = "#!lua flags=allow-cross-slot-keys\n\
+        local keys = redis.call('KEYS', ARGV[1]) local found = {} \
+        for _, key in ipairs(keys) do \
+          found[#found + 1] = key found[#found + 1] = redis.call('GET', key) \
+        end return found";
+    let reply = server.command(&["EVAL", SNAPSHOT, "0", &format!("{PREFIX}:*")]);
+    let Reply::Array(Some(pairs)) = reply else {
+        panic!("the snapshot of the lock keys failed: {reply:?}")
     };
-    keys.iter()
-        .filter_map(Reply::as_str)
-        .filter(|key| read_cell(server, key).is_held())
+    pairs
+        .chunks_exact(2)
+        .filter(|pair| !pair[1].is_nil())
+        .filter(|pair| {
+            let value = pair[1].as_str().expect("a lock key holds a string");
+            cell::parse(&value).is_held()
+        })
+        .map(|pair| pair[0].as_str().expect("a key name").to_owned())
         .collect()
 }
 
