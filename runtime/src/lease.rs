@@ -78,9 +78,9 @@ pub(crate) struct HeldLease {
     transferred_to: OnceLock<Owner>,
     /// When this process's run of holders of the key in a row, which this lease belongs to,
     /// began: when the lock was requested (acquired) or came by a handover from another
-    /// process, and the releaser's for a lock a local transfer granted. The release transfers the lock ahead of
-    /// another process's next waiter only while the run is younger than the backend's
-    /// `local_batch`.
+    /// process, and the releaser's for a lock a local transfer granted. The release transfers
+    /// the lock ahead of another process's next waiter only while the run is younger than the
+    /// backend's `local_batch`.
     pub(crate) run_started: Instant,
 }
 

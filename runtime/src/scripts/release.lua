@@ -23,13 +23,13 @@
 -- a lock only its next waiter was told is busy ("H") when the transfer may go ahead of it
 -- ("+": the process's run of holders in a row is short, BackendBuilder::local_batch); it stays
 -- "H", and that waiter keeps its place. A lock others wait for ("W", or "H" without "+") is
--- released as if no successor were named: the waiters of other processes come first. Handed over to another process's next waiter, the lock gets the
--- successor as its own next waiter, with the grant time given (acquire.lua's record, as the
--- successor's first ask would have written it): the successor waits for the handover without
--- asking, and the lock goes back and forth between processes one message each way. Otherwise
--- the successor asks for the lock like any waiter. A transfer tried again after a lost reply
--- finds the lock the successor's, and a handover that queued it finds it the next waiter: each
--- answers as the first one did.
+-- released as if no successor were named: the waiters of other processes come first. Handed
+-- over to another process's next waiter, the lock gets the successor as its own next waiter,
+-- with the grant time given (acquire.lua's record, as the successor's first ask would have
+-- written it): the successor waits for the handover without asking, and the lock goes back and
+-- forth between processes one message each way. Otherwise the successor asks for the lock like
+-- any waiter. A transfer tried again after a lost reply finds the lock the successor's, and a
+-- handover that queued it finds it the next waiter: each answers as the first one did.
 --
 -- An owner that does not hold the lock (an ended waiting call releasing whatever it may hold)
 -- stops being its next waiter.
