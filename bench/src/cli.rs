@@ -2,6 +2,7 @@
 //! mode the two-process contended workload re-executes this binary in.
 
 use crate::clients::LibId;
+use crate::pin::Pin;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,6 +55,11 @@ OPTIONS:
     --server KIND        redis (redis-server, or DISTLOCK_REDIS_SERVER) or valkey (valkey-server,
                          or DISTLOCK_VALKEY_SERVER: Valkey >= 8.1 has SET ... IFEQ, which distlock
                          releases with instead of a script) [default: redis]
+    --pin MODE           where client and servers run: none (the scheduler's choice), split
+                         (servers on CPU 0, this process and its children on CPU 1: every
+                         message crosses between CPUs, the slow floor) or shared (all on CPU 0:
+                         no cross-CPU wake-ups, the fastest floor); needs `taskset`
+                         [default: none]
     --json-only          print only the JSON line
     --svg DIR            also draw the run as DIR/throughput.svg and DIR/waits.svg
     --plot FILE          draw nothing new: read a saved JSON line from FILE and write its
@@ -127,6 +133,8 @@ pub(crate) struct Config {
     pub(crate) svg_dir: Option<PathBuf>,
     /// Every server of the run is a Valkey (`--server valkey`) instead of a redis-server.
     pub(crate) valkey: bool,
+    /// Where the client and the servers run (`--pin`).
+    pub(crate) pin: Pin,
 }
 
 impl Config {
@@ -150,6 +158,7 @@ impl Config {
             json_only: false,
             svg_dir: None,
             valkey: false,
+            pin: Pin::None,
         }
     }
 
@@ -265,7 +274,7 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                 })
                 .map_err(|name| {
                     format!(
-                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute"
+                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated"
                     )
                 })?
             }
@@ -314,6 +323,12 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                         ))
                     }
                 }
+            }
+            "--pin" => {
+                let mode = value()?;
+                config.pin = Pin::from_name(mode).ok_or_else(|| {
+                    format!("`--pin` is `{mode}`; expected `none`, `split` or `shared`")
+                })?
             }
             other => return Err(format!("unknown argument `{other}`; see --help")),
         }
@@ -425,6 +440,15 @@ mod tests {
             err.contains("`--server`") && err.contains("`memcached`"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn placement_is_the_schedulers_unless_pinned() {
+        assert_eq!(run(&[]).unwrap().pin, Pin::None);
+        assert_eq!(run(&["--pin", "split"]).unwrap().pin, Pin::Split);
+        assert_eq!(run(&["--pin", "shared"]).unwrap().pin, Pin::Shared);
+        let err = run(&["--pin", "cpu1"]).unwrap_err();
+        assert!(err.contains("`--pin`") && err.contains("`cpu1`"), "{err}");
     }
 
     #[test]

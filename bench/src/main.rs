@@ -14,6 +14,7 @@ mod clients;
 mod fifo_floor;
 mod floor;
 mod measure;
+mod pin;
 mod plot;
 mod report;
 mod run;
@@ -58,6 +59,11 @@ fn main() -> ExitCode {
 }
 
 fn bench(config: cli::Config) -> ExitCode {
+    // Before the runtime starts its threads, which inherit the placement.
+    if let Err(message) = config.pin.client() {
+        eprintln!("distlock-bench: {message}");
+        return ExitCode::FAILURE;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -351,6 +351,7 @@ impl Report {
                 "lease_ttl_ms": config.lease_ttl.as_millis() as u64,
                 "renew_batch": RENEW_BATCH,
             },
+            "placement": measured.placement,
             "machine": machine(&measured.redis_version),
             "versions": {
                 "distlock": env!("CARGO_PKG_VERSION"),
@@ -739,7 +740,8 @@ fn machine(redis_version: &str) -> Value {
         .unwrap_or_else(|_| "unknown".into());
     json!({
         "cpu": cpu,
-        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        // The machine's, not this process's (which `--pin` may have narrowed to one).
+        "cores": cpuinfo.lines().filter(|l| l.starts_with("processor")).count(),
         "kernel": kernel,
         "redis": redis_version,
     })

@@ -31,6 +31,8 @@ pub(crate) const SECTIONS: [&str; 9] = [
 /// Everything measured, before aggregation.
 pub(crate) struct Measured {
     pub(crate) redis_version: String,
+    /// The CPUs the client and the (first) server were allowed, read back after `--pin`.
+    pub(crate) placement: Value,
     /// The full floor, once per run.
     pub(crate) floors: Vec<Map<String, Value>>,
     /// Per section, its samples: one per run, or one per slice of every run for the sliced
@@ -55,11 +57,18 @@ fn server_config(config: &Config) -> ServerConfig {
 
 pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Measured, String> {
     let server = RedisServer::start_with(server_config(config));
+    config.pin.server(server.pid())?;
     let redis_version = crate::server_stats::version(&server);
+    let placement = serde_json::json!({
+        "pin": config.pin.name(),
+        "client_cpus": crate::pin::allowed_cpus(std::process::id()),
+        "server_cpus": crate::pin::allowed_cpus(server.pid()),
+    });
     progress(format!(
-        "redis-server {redis_version} on {} (pid {})",
+        "redis-server {redis_version} on {} (pid {}), placement: {}",
         server.addr(),
-        server.pid()
+        server.pid(),
+        config.pin.name()
     ));
 
     let mut subjects = Vec::new();
@@ -97,6 +106,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     let mut replicated_pair: Vec<RedisServer> = Vec::new();
     let mut measured = Measured {
         redis_version,
+        placement,
         floors: Vec::new(),
         samples: BTreeMap::new(),
         script_only,
@@ -156,6 +166,9 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     if masters.is_empty() {
                         masters =
                             RedisServer::start_many_with(config.masters, &server_config(config));
+                        for master in &masters {
+                            config.pin.server(master.pid())?;
+                        }
                     }
                     redlock::run(
                         &config.libs,
@@ -173,6 +186,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                         let replica = RedisServer::start_with(
                             server_config(config).replica_of(primary.port()),
                         );
+                        config.pin.server(primary.pid())?;
+                        config.pin.server(replica.pid())?;
                         replica.wait_for_replica_sync();
                         primary.wait_for_replicas(1);
                         replicated_pair = vec![primary, replica];

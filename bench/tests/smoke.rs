@@ -80,3 +80,34 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         "no targets in {json}"
     );
 }
+
+/// `--pin split` puts the servers on CPU 0 and the client, with every process it starts, on CPU
+/// 1, and the JSON line says where the kernel let each run. (The machine needs two CPUs, as
+/// every machine this suite runs on has.)
+#[test]
+fn a_pinned_run_keeps_client_and_server_on_their_cpus() {
+    let output = Command::new(env!("CARGO_BIN_EXE_distlock-bench"))
+        .args([
+            "--smoke",
+            "--pin",
+            "split",
+            "--only",
+            "sequential",
+            "--libs",
+            "distlock",
+        ])
+        .output()
+        .expect("distlock-bench runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "distlock-bench --pin split exited with {}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = stdout.lines().last().expect("at least one line of output");
+    let json: Value = serde_json::from_str(line).expect("the last line is JSON");
+    assert_eq!(json["placement"]["pin"], "split", "{json}");
+    assert_eq!(json["placement"]["client_cpus"], "1", "{json}");
+    assert_eq!(json["placement"]["server_cpus"], "0", "{json}");
+}
