@@ -3,7 +3,6 @@
 use crate::cli::Config;
 use crate::clients::{LibId, REDLOCK_VERSION, RSLOCK_VERSION};
 use crate::measure::median;
-use crate::pin::Pin;
 use crate::run::{Measured, Outcome, SECTIONS};
 use crate::workloads::held::RENEW_BATCH;
 use serde_json::{json, Map, Value};
@@ -387,7 +386,7 @@ impl Report {
             "\nMedians over {} runs; sequential and parallel over {} slices per run, contended over {}, libraries taking turns",
             config.runs, config.slices, config.contended_slices
         );
-        let _ = writeln!(out, "Placement: {}", placement_line(config.pin));
+        let _ = writeln!(out, "Placement: {}", config.pin.description());
         let _ = writeln!(out, "\nFloor (same server, same run)");
         let _ = writeln!(
             out,
@@ -725,18 +724,6 @@ fn fmt_num(v: f64) -> String {
 
 fn fmt_opt(v: Option<f64>) -> String {
     v.map_or("n/a".into(), fmt_num)
-}
-
-/// What `--pin` did, for the table's header.
-fn placement_line(pin: Pin) -> &'static str {
-    match pin {
-        Pin::None => {
-            "the scheduler's (on a VM a round trip can cost 7 x more in one phase than in the next; \
-             --pin split or --pin shared fixes it)"
-        }
-        Pin::Split => "split: servers on CPU 0, client on CPU 1 (every message crosses CPUs)",
-        Pin::Shared => "shared: servers and client on CPU 0 (no cross-CPU wake-ups)",
-    }
 }
 
 fn machine(redis_version: &str) -> Value {
