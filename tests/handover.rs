@@ -16,16 +16,9 @@ use tokio::task::JoinHandle;
 /// A lease far longer than anything here: only a handover's grant time can end one early.
 const LONG: Duration = Duration::from_secs(10);
 
-fn next_key(key: &str) -> String {
-    format!("{PREFIX}:{{{key}}}:next")
-}
-
-/// The server's record of `key`'s next waiter, if any.
+/// The server's entry for `key`'s first queued waiter, if any: the one a release hands it to.
 fn next_waiter(server: &RedisServer, key: &str) -> Option<String> {
-    match server.command(&["GET", &next_key(key)]) {
-        Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        _ => None,
-    }
+    common::first_queued(server, key)
 }
 
 /// Waits (at most 5 s) until the server names a next waiter of `key` whose record ends with
@@ -42,23 +35,6 @@ async fn until_next_waiter(server: &RedisServer, key: &str, label: Option<&str>)
         })
         .await;
     assert!(reached, "{key}'s next waiter is {seen:?}, never {label:?}");
-}
-
-/// Waits (at most 5 s) until `key`'s value is in `state` (its first letter: acquire.lua).
-async fn until_state(server: &RedisServer, key: &str, state: char) {
-    let lock = format!("{PREFIX}:{{{key}}}");
-    let mut seen = None;
-    let reached = server
-        .wait_until(Duration::from_secs(5), async || {
-            seen = match server.command(&["GET", &lock]) {
-                Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-                _ => None,
-            };
-            seen.as_deref()
-                .is_some_and(|value| value.starts_with(state))
-        })
-        .await;
-    assert!(reached, "{key} is {seen:?}, never in state {state}");
 }
 
 /// A waiting task: when it got the lock, and its guard.
@@ -231,8 +207,14 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
     let (proxy, holder, vanished) = held_with_a_next_waiter_behind_a_proxy(&fx, "moved").await;
     let other = labelled(&fx.server, "other-process");
     let second = spawn_long_waiter(&other, "moved");
-    // Marked "W": someone besides the next waiter waits, so the handed-over lock stays marked.
-    until_state(&fx.server, "moved", 'W').await;
+    // Queued behind the next waiter: the handed-over lock stays marked as waited on.
+    let queued = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            common::queued(&fx.server, &SingleRedis::lock_key("moved")).len() == 2
+        })
+        .await;
+    assert!(queued, "the other process's waiter never queued");
     proxy.blackhole(true);
     let released_at = Instant::now();
     assert_eq!(holder.release().await.unwrap(), Released::Released);
@@ -405,4 +387,66 @@ async fn the_waiting_process_gets_the_lock_at_the_release_redlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_waiting_process_gets_the_lock_at_the_release_in_process() {
     the_waiting_process_gets_the_lock_at_the_release::<common::InProcess>(|b| b, false).await;
+}
+
+/// The queue of processes waiting for one key is bounded (`queue.lua`'s `QUEUE_BOUND`, 1,024):
+/// one waiter more is told the lock is busy without a place (it hears of the release by
+/// notification and asks again), and the lock is marked so that its releases announce
+/// themselves. Each waiter's entry leaves with it, and once the last has left nothing of the
+/// queue is on the server. The memory of a full queue is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_bounded_and_nothing_is_left_once_its_waiters_leave() {
+    const BOUND: usize = 1024;
+    // Places last 3 × max_backoff (at most the TTL): long enough to fill the queue in.
+    let fx = SingleRedis::start(|b| b.max_backoff(LONG));
+    let lock = SingleRedis::lock_key("crowded");
+    let holder = Lock::new("crowded")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let tokens: Vec<String> = (0..=BOUND).map(|_| raw::new_owner()).collect();
+    for token in &tokens[..BOUND] {
+        let asked = raw::wait_with(fx.backend(), "crowded", token, LONG).await;
+        assert_eq!(asked.unwrap(), Err(true), "queued");
+    }
+    let one_more = raw::wait_with(fx.backend(), "crowded", &tokens[BOUND], LONG).await;
+    assert_eq!(one_more.unwrap(), Err(false), "no room in a full queue");
+    assert_eq!(common::queued(&fx.server, &lock).len(), BOUND);
+    let waited_on = fx.backend().inspect("crowded").await.unwrap().unwrap();
+    assert!(waited_on.waited_on);
+    assert!(fx
+        .server
+        .command(&["GET", &lock])
+        .as_str()
+        .unwrap()
+        .starts_with('W'));
+    let queue = format!("{lock}:queue");
+    let mut bytes = fx
+        .server
+        .command(&["MEMORY", "USAGE", &queue])
+        .as_int()
+        .unwrap();
+    for token in &tokens[..BOUND] {
+        let entry = format!("{queue}:{token}");
+        bytes += fx
+            .server
+            .command(&["MEMORY", "USAGE", &entry])
+            .as_int()
+            .unwrap();
+    }
+    eprintln!("QUEUE {BOUND} waiters on one key: {bytes} bytes on the server");
+    assert!(bytes < 512 * 1024, "{bytes} bytes for a full queue");
+
+    // Released: handed to the first waiter; each waiter released in turn hands it to the next.
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    let first = fx.backend().inspect("crowded").await.unwrap().unwrap();
+    assert_eq!(first.owner, tokens[0]);
+    for token in &tokens {
+        raw::release(fx.backend(), "crowded", token).await.unwrap();
+    }
+    let left = fx.server.command(&["KEYS", &format!("{queue}*")]);
+    assert_eq!(left.as_array().map(<[Reply]>::len), Some(0), "{left:?}");
+    assert_eq!(fx.backend().inspect("crowded").await.unwrap(), None);
 }

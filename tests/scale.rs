@@ -203,7 +203,8 @@ async fn round(fx: &SingleRedis, holder: &Backend, waiters: &Backend, keys: &[St
         assert_eq!(raw::local_waiters(client), 0, "{name}: queue entries left");
         assert_eq!(raw::watched_leases(client), 0, "{name}: leases left");
     }
-    // Only the fence counters (one per key, plus the warm-up's) remain on the server.
+    // Only the fence counters (one per key, plus the warm-up's) remain on the server: the
+    // queues went with their waiters.
     assert_eq!(fx.server.command(&["DBSIZE"]), Reply::Int(KEYS as i64 + 1));
     Round {
         subscribed_in,
@@ -217,7 +218,10 @@ async fn round(fx: &SingleRedis, holder: &Backend, waiters: &Backend, keys: &[St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_waiters_on_distinct_keys_share_one_connection_and_leave_nothing() {
-    let fx = SingleRedis::start(|b| b);
+    // The waiters' backoff is stretched so that they do not poll; their places in the keys'
+    // queues last three times as long (as a waiter's places last three of its asks), so a
+    // release hands each key to its waiter.
+    let fx = SingleRedis::start(|b| b.max_backoff(NO_POLLING));
     let holder = fx.backend().clone();
     let waiters = fx.contender();
     raw::set_backoff_floor(&waiters, NO_POLLING);

@@ -8,10 +8,9 @@
 
 mod common;
 
-use common::{command_calls, Fixture, SingleRedis, PREFIX};
+use common::{command_calls, Fixture, SingleRedis};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lease, Lock, LockError, LockGuard, Released};
-use distlock_test_support::Reply;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -137,16 +136,10 @@ async fn a_transfer_is_one_script_and_announces_nothing() {
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
 
-/// `key`'s next waiter as the server records it (`acquire.lua`'s `:next`:
-/// `<grant ms> <owner>[ <label>]`), if any.
+/// The entry of `key`'s first queued waiter (`queue.lua`: `<grant ms> <owner>[ <label>]`), if
+/// any: the one a release hands the lock to.
 fn next_waiter(fx: &SingleRedis, key: &str) -> Option<String> {
-    match fx
-        .server
-        .command(&["GET", &format!("{PREFIX}:{{{key}}}:next")])
-    {
-        Reply::Bulk(Some(bytes)) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        _ => None,
-    }
+    common::first_queued(&fx.server, key)
 }
 
 /// The fixture's backend holds `key`, by a handover from another backend (another process),

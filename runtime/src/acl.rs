@@ -39,6 +39,7 @@ fn common_rules(prefix: &str) -> String {
         "resetkeys ~{prefix}:* resetchannels &{prefix}:* -@all \
          +evalsha +eval +subscribe +unsubscribe +ping \
          +get +set +setrange +pexpire +pttl +time +wait +del \
+         +exists \
          +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore"
     )
 }

@@ -2,7 +2,7 @@
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost. A turn may come with the lock already granted: the
 //! previous local holder's release transferred it (*Local transfer* in docs/design.md), and the
-//! task holds it without asking the server; or with a place as the lock's next waiter (that
+//! task holds it without asking the server; or with a place in the lock's queue (that
 //! release handed the lock to another process), and the task waits for its handover first.
 
 use crate::backend::handle::BackendInner;
@@ -142,12 +142,12 @@ impl Request<'_> {
     }
 
     /// Contends for the key on the server until it is acquired, the wait budget is spent or a
-    /// failure ends the call. `placed`: the attempt is the lock's next waiter already (made so
+    /// failure ends the call. `placed`: the attempt is queued for the lock already (made so
     /// by a request sent at that instant, for that grant time), and waits before it asks.
     ///
     /// # Cancel safety
     /// Dropping the future drops `attempt`: with a request in flight, a reply lost, or its place
-    /// as the lock's next waiter recorded, it releases in the background, with its owner token,
+    /// in the lock's queue recorded, it releases in the background, with its owner token,
     /// whatever that request may have taken or been handed over (and gives the place up);
     /// otherwise nothing is held and the turn passes on at once. A waiting writer's intent left
     /// on the server lapses within `WRITER_INTENT` (500 ms).
@@ -172,12 +172,12 @@ impl Request<'_> {
             Asker::WillWait
         };
         loop {
-            // Before the request: its reply may make this attempt the next waiter, and the
+            // Before the request: its reply may queue this attempt, and the
             // handover's message can overtake that reply (another connection).
             attempt.expect_handover();
             let asked = placed.is_none();
             let (outcome, sent_at) = match placed.take() {
-                // Already the next waiter: as if the server had just said so.
+                // Queued already: as if the server had just said so.
                 Some((since, grant)) => {
                     let answer = Acquired::Busy {
                         ttl: None,
@@ -242,7 +242,7 @@ impl Request<'_> {
                         Stats::bump(&inner.stats.busy_replies);
                     }
                     if let Some(grant) = next {
-                        // The lock's next waiter: its release hands it over to this attempt.
+                        // Queued: a release hands the lock over to this attempt when its turn comes.
                         attempt.next = Some((sent_at, grant));
                     }
                     asker = Asker::Waiting;
@@ -287,8 +287,11 @@ impl Request<'_> {
                     // reservation ends: wait exactly that long (or for a notification), not a
                     // jittered backoff, whose short sleeps would let this caller — a waiter from
                     // now on — take it from them.
-                    let delay = match (reserved, holder_ttl) {
-                        (true, Some(left)) => remaining.map_or(left, |budget| left.min(budget)),
+                    let delay = match (reserved, holder_ttl, attempt.next) {
+                        (true, Some(left), _) => remaining.map_or(left, |budget| left.min(budget)),
+                        // Queued: the release's message (or notification) is what wakes it; it
+                        // asks again only to keep its place, or when the lock may be free.
+                        (false, _, Some((_, grant))) => keep_place(grant, holder_ttl, remaining),
                         _ => backoff.next_delay(remaining, holder_ttl),
                     };
                     // A waiting writer renews its intent (new readers queue behind it) at each
@@ -348,6 +351,22 @@ impl Request<'_> {
 /// for the watchdog's confirmation to come back before it runs out.
 const HANDOVER_MARGIN: Duration = Duration::from_millis(50);
 
+/// How long a queued waiter waits before it asks again, unless woken: a third of its grant time,
+/// so that its place (which lapses a grant time after its last ask) is kept with two asks to
+/// spare; at most until the holder's lease ends (+1 ms), when the lock may be free and the
+/// first waiter must take it by asking, and never past the wait budget.
+fn keep_place(
+    grant: Duration,
+    holder_ttl: Option<Duration>,
+    remaining: Option<Duration>,
+) -> Duration {
+    let mut delay = grant / 3;
+    if let Some(ttl) = holder_ttl {
+        delay = delay.min(ttl + Duration::from_millis(1));
+    }
+    remaining.map_or(delay, |budget| delay.min(budget))
+}
+
 /// What waiting needs, made on the first wait: an uncontended acquire never reads the test hooks.
 fn start_waiting(inner: &BackendInner) -> (Backoff, TestHooks) {
     let hooks = hooks::read(&inner.hooks);
@@ -374,8 +393,8 @@ struct Attempt<'a> {
     /// A reply was lost: that request may have taken the lock (sticky: a request on a broken
     /// connection can still run after a later reply said "busy").
     reply_lost: bool,
-    /// The server made this attempt the lock's next waiter: the send time of the last request
-    /// it said so to, and how long a handover is held before it is confirmed (sticky: the
+    /// The server queued this attempt for the lock: the send time of the last request it
+    /// said so to, and how long a handover is held before it is confirmed (sticky: the
     /// server may hand the lock over at any moment until it is told otherwise).
     next: Option<(Instant, Duration)>,
     waiting_gauge: Waiting<'a>,
@@ -396,8 +415,8 @@ impl<'a> Attempt<'a> {
 
     /// Tells the key's release subscription, if there is one, that a handover to this attempt
     /// may come: it is kept (and wakes the watch) even if its message arrives before the reply
-    /// that made this attempt the next waiter. Only a writer holding the key's local turn is
-    /// ever handed a lock (readers and permits never become next waiters, and must not take
+    /// that queued this attempt. Only a writer holding the key's local turn is ever handed a
+    /// lock (readers and permits never queue, and must not take
     /// the expectation from the process's writer).
     fn expect_handover(&self) {
         if let Some(watch) = self.turn_watch() {
@@ -474,11 +493,15 @@ impl<'a> Attempt<'a> {
     }
 
     /// The previous holder's release handed the lock over to this attempt, with `fence`: a
-    /// lease valid for the handover's grant time from the last request that made this attempt
-    /// the next waiter (the handover came after the server answered it), which the watchdog
-    /// confirms within the first third of it. `None` when that leaves too little to rely on
-    /// (the caller then asks for the lock again, which confirms it the ordinary way).
+    /// lease valid for the handover's grant time from the last request that queued this
+    /// attempt (the handover came after the server answered it), which the watchdog
+    /// confirms within the first third of it. `None` when that leaves too little to rely on, or
+    /// where the engine's grants must be acknowledged by replicas (the caller then asks for
+    /// the lock again, which confirms it the ordinary way).
     fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
+        if self.backend.inner.engine.handovers_need_asking() {
+            return None;
+        }
         let (since, grant) = self.next?;
         let valid_for = crate::policy::valid_for(grant, request.terms.drift_factor);
         if Instant::now() + HANDOVER_MARGIN >= since + valid_for {
@@ -495,7 +518,7 @@ impl Drop for Attempt<'_> {
         if !(self.in_flight || self.reply_lost || self.next.is_some()) {
             return; // Nothing may be held (or a lease owns it): the turn passes on as it drops.
         }
-        // The release (`release.lua`) also ends this attempt's place as the lock's next waiter,
+        // The release (`release.lua`) also ends this attempt's place in the lock's queue,
         // or releases the lock if it was handed over meanwhile.
         let lease = HeldLease::unconfirmed(
             self.backend.inner.stats.clone(),

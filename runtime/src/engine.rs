@@ -23,8 +23,8 @@ pub(crate) enum Acquired {
         /// Not held, but left for `ttl` to the waiters a release notified (the caller was not
         /// one of them).
         reserved: bool,
-        /// The caller is the lock's next waiter: the holder's release hands the lock over to it
-        /// (a grant on its [`ReleaseWatch`]), held for this long from some instant after this
+        /// The caller is queued for the lock: a release hands the lock over to it when its turn
+        /// comes (a grant on its [`ReleaseWatch`]), held for this long from some instant after this
         /// request was sent, until the new owner confirms it. `None`: an ordinary busy reply.
         next: Option<Duration>,
     },
@@ -83,8 +83,8 @@ pub(crate) enum Ownership {
 pub(crate) enum Transfer {
     /// The lock is the successor's now, with this fencing token.
     Granted { fence: u64 },
-    /// Handed over to another process's next waiter; the successor is recorded as the next
-    /// waiter after it (with its pledged owner token, for the engine's grant time): it waits
+    /// Handed over to another process's queued waiter; the successor is queued for it, at the
+    /// back (with its pledged owner token, for the engine's grant time): it waits
     /// for the handover without asking first. `grant`: how long that place, and a lock handed
     /// over to it, lasts unless the successor asks (or confirms).
     Queued { grant: Duration },
@@ -212,6 +212,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Whether [`transfer`](Self::transfer) can grant a lock to a local successor (one server
     /// whose grants need no acknowledgement); when not, it only releases.
     fn transfers(&self) -> bool {
+        false
+    }
+
+    /// Whether a waiter handed the lock by a release (a handover message) must ask for it
+    /// before it holds it, instead of holding it from the message on: where grants must be
+    /// acknowledged by replicas, which a grant written inside a release never was.
+    fn handovers_need_asking(&self) -> bool {
         false
     }
 

@@ -15,7 +15,7 @@ pub(crate) struct TestHooks {
     /// must close.
     pub(crate) subscribe_delay: Duration,
     /// A pause before an acquire reply is acted on: the window in which a handover's message,
-    /// on the notification connection, overtakes the reply that made the caller the next waiter.
+    /// on the notification connection, overtakes the reply that queued the caller.
     #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
     pub(crate) acquire_reply_delay: Duration,
     /// A pause before a local transfer's reply is acted on: the window in which the releasing

@@ -79,7 +79,7 @@ pub(crate) struct HeldLease {
     /// When this process's run of holders of the key in a row, which this lease belongs to,
     /// began: when the lock was requested (acquired) or came by a handover from another
     /// process, and the releaser's for a lock a local transfer granted. The release transfers
-    /// the lock ahead of another process's next waiter only while the run is younger than the
+    /// the lock ahead of other processes' queued waiters only while the run is younger than the
     /// backend's `local_batch`.
     pub(crate) run_started: Instant,
 }
@@ -149,8 +149,8 @@ impl HeldLease {
     }
 
     /// A lease handed over by the previous holder's release: the server holds it for `grant`
-    /// from some instant after `since` (the send time of the last request that made this caller
-    /// the next waiter), so that is all it is valid for until the watchdog confirms it (within
+    /// from some instant after `since` (the send time of the last request that queued this
+    /// caller), so that is all it is valid for until the watchdog confirms it (within
     /// a third of that), whether or not the lease is renewed later.
     pub(crate) fn handed_over(&mut self, since: Instant, grant: Duration, drift_factor: f64) {
         *self.valid_until.get_mut() = to_nanos(since + valid_for(grant, drift_factor));
@@ -214,8 +214,8 @@ impl HeldLease {
     }
 
     /// Tells the key's release subscription (the turn's, if it has one) that a handover to
-    /// `owner` may come: a release naming a successor may make it the next waiter of the lock
-    /// it hands to another process, and that process's release can hand it over before this one
+    /// `owner` may come: a release naming a successor may queue it for the lock it hands
+    /// to another process, and that process's release can hand it over before this one
     /// has passed the turn on.
     pub(crate) fn expect_handover_to(&self, owner: &Owner) {
         let turn = self.turn.lock().unwrap_or_else(|e| e.into_inner());

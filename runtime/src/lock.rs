@@ -200,9 +200,9 @@ impl Lock {
     /// - waiting for a busy lock (subscribed to its release notifications): the turn passes on
     ///   at once and the subscription goes with the last local waiter;
     /// - handed a turn that carries a lock transferred by the previous local holder (or a place
-    ///   as the lock's next waiter), before taking it: that lock is released (that place given
+    ///   in the lock's queue), before taking it: that lock is released (that place given
     ///   up) in the background and the turn passes on;
-    /// - waiting as the lock's next waiter: the place is given up in the background (and a lock
+    /// - waiting in the lock's queue: the place is given up in the background (and a lock
     ///   handed over to it meanwhile released);
     /// - with some keys of a multi-key lock taken: they are released in the background.
     ///

@@ -40,11 +40,12 @@ pub enum OnLost {
 /// up.
 pub(crate) const MAX_FAILED_ATTEMPTS: u32 = 3;
 
-/// How long a lock handed over to its next waiter (`release.lua`) is held on the server before
-/// the waiter confirms it; also how long a next waiter stays recorded without asking again. A
-/// waiter asks at least every `max_backoff` while it waits, so three of those keep it recorded
-/// (and leave it at least two thirds of the grant when the handover comes); never below 300 ms.
-/// A waiter that died while recorded holds the place (or the handed-over lock) this long.
+/// The grant time: how long a queued waiter's place lasts without it asking again (`queue.lua`),
+/// and how long a lock handed over to it (`release.lua`) is held on the server before it
+/// confirms it. A queued waiter asks every third of it, and a waiting one at least every
+/// `max_backoff`, so three asks keep a place (and leave two thirds of the grant when the
+/// handover comes); never below 300 ms. A waiter that died while queued holds the place (or the
+/// handed-over lock) this long.
 pub(crate) fn handover_grant(max_backoff: Duration) -> Duration {
     (max_backoff * 3).max(Duration::from_millis(300))
 }

@@ -115,6 +115,33 @@ pub mod raw {
         }
     }
 
+    /// Ask for the lock as a waiter with an explicit owner token, as a waiting process does
+    /// after its first try: `Ok(Ok(fence))` when granted; `Ok(Err(queued))` when busy, `queued`
+    /// telling whether the server queued the token for it (or had no room).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`]: the caller, who chose the token, releases with it (which also takes it
+    /// out of the queue), or its place lapses after the grant time.
+    #[cfg(feature = "__test-hooks")]
+    pub async fn wait_with(
+        backend: &Backend,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Result<u64, bool>, LockError> {
+        match backend
+            .inner
+            .engine
+            .acquire(key, &owner(token), ttl, Asker::Waiting, LockKind::Exclusive)
+            .await
+        {
+            Ok(Acquired::Yes { fence }) => Ok(Ok(fence)),
+            Ok(Acquired::Busy { next, .. }) => Ok(Err(next.is_some())),
+            Ok(other) => panic!("unexpected answer {other:?}"),
+            Err(failure) => Err(backend.backend_error("acquire", failure)),
+        }
+    }
+
     /// Release with an explicit owner token.
     ///
     /// # Cancel safety
@@ -212,7 +239,7 @@ pub mod raw {
     }
 
     /// Test hook: pause this long before acting on an acquire's reply — the window in which a
-    /// handover's message overtakes the reply that made the caller the lock's next waiter.
+    /// handover's message overtakes the reply that queued the caller.
     #[cfg(feature = "__test-hooks")]
     pub fn set_acquire_reply_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| {

@@ -139,7 +139,7 @@ async fn pass_turn_once_sent<F: Future>(lease: &HeldLease, release: F) -> F::Out
 
 /// The task queued first behind `lease` in this process, if the engine can transfer the lock
 /// to it: an exclusive lock granted with a token (not one whose acquire never answered). The
-/// transfer may go ahead of another process's next waiter while the run of this process's
+/// transfer may go ahead of other processes' queued waiters while the run of this process's
 /// holders in a row is younger than the backend's `local_batch`.
 fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64, Successor)> {
     let transfers = backend.inner.engine.transfers()
@@ -259,8 +259,8 @@ struct SuccessorLock {
     /// Taken when the lock is claimed, or known not to have been transferred.
     successor: Option<Successor>,
     fence: u64,
-    /// The lock was handed to another process, and the successor made its next waiter for this
-    /// grant time: what the turn carries is that place, not the lock.
+    /// The lock was handed to another process, and the successor queued for it for this grant
+    /// time: what the turn carries is that place, not the lock.
     place: Option<Duration>,
     /// When the transfer was first sent: the successor's lease is valid from then.
     since: Instant,
@@ -303,7 +303,7 @@ impl SuccessorLock {
 /// The transfer of `holder`'s lock, in `transfer`, was left without a known outcome (the
 /// releasing call was dropped, or its retries ran out): `holder`'s release from now on frees the
 /// key if either its own token or the successor's pledged one holds it — or gives up the
-/// successor's place as a next waiter — in one request ([`HeldLease::may_have_transferred_to`]).
+/// successor's place in the queue — in one request ([`HeldLease::may_have_transferred_to`]).
 /// Two releases, the successor's and then the holder's, would leave a moment between them in
 /// which anyone can take the key, and the holder's would then find that lock and report the key
 /// taken over.

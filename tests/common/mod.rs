@@ -659,3 +659,28 @@ async fn until_channel_subscribers(
         "{key} has {now} subscribers (PUBSUB {count}), never {n}"
     );
 }
+
+/// The entries of the processes queued for `lock` (a lock key, prefixed) on `server`, first
+/// come first (`queue.lua`: `<grant ms> <owner>[ ><channel>][ <label>]`); waiters whose entry
+/// lapsed are left out, as a release skips them.
+pub fn queued(server: &RedisServer, lock: &str) -> Vec<String> {
+    let queue = format!("{lock}:queue");
+    let owners = server.command(&["ZRANGE", &queue, "0", "-1"]);
+    owners
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|owner| {
+            let entry = format!("{queue}:{}", owner.as_str()?);
+            server.command(&["GET", &entry]).as_str()
+        })
+        .collect()
+}
+
+/// The entry of the first process queued for `key` (tests' prefix) on `server` whose entry
+/// lives: the waiter a release hands the lock to.
+pub fn first_queued(server: &RedisServer, key: &str) -> Option<String> {
+    queued(server, &SingleRedis::lock_key(key))
+        .into_iter()
+        .next()
+}

@@ -719,6 +719,7 @@ impl BackendBuilder {
             tls: &self.tls,
             hooks,
             holder_label,
+            grant_time: crate::policy::handover_grant(self.max_backoff),
         })?;
         if let Some(twice) = engine.duplicate_master() {
             return Err(LockError::invalid_config(

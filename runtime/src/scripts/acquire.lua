@@ -4,9 +4,10 @@
 -- KEYS[i]    lock key i. Its value is one string, so a lock costs one key and one SET:
 --              "L<fence> <owner>[ <label>]"  held (the label says who holds it, for operators:
 --                                            `hostname:pid` by default; never the owner)
---              "H<fence> <owner>[ <label>]"  held, and its next waiter (below) was told it is
---                                            busy, nobody else: release hands it over (or, in a
---                                            local batch, transfers it: release.lua)
+--              "H<fence> <owner>[ <label>]"  held, and only waiters in its queue (below) were
+--                                            told it is busy: release hands it over to the
+--                                            first (or, in a local batch, transfers it:
+--                                            release.lua)
 --              "W<fence> <owner>[ <label>]"  held, and someone was told it is busy (release will
 --                                            publish, or hand it over and publish)
 --              "F<fence>"             free: the last token issued, kept by release for the
@@ -21,19 +22,21 @@
 --                                     waits: no reader may take it meanwhile (writers first),
 --                                     and the writer holds it as "W" (readers wait behind it)
 --
--- KEYS[i]:next  the next waiter of a held exclusive lock, "<grant ms> <owner>[ ><channel>][
---               <label>]", for as long as that waiter keeps asking (PX grant ms): the holder's
---               release hands the lock over to it directly (release.lua), in one message, on
---               the waiter's process's handover channel if it names one
+-- KEYS[i]:queue  the processes waiting for a held exclusive lock, in the order they came, each
+--               with an entry "<grant ms> <owner>[ ><channel>][ <label>]" that lives for the
+--               grant time and is written anew at each of its asks (queue.lua, which starts this
+--               script): the holder's release hands the lock over to the first of them
+--               (release.lua), in one message, on the waiter's process's handover channel if it
+--               names one; while the lock is free, only that waiter may take it
 --
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
 --            write-back round trip
 -- ARGV[2]    the holder label written with every lock ("" for none; no line breaks)
--- ARGV[3]    how long a handed-over lock is held before its new owner confirms it, in
---            milliseconds, which is also how long a next waiter stays recorded without asking
---            again; "0": never record a next waiter (Redlock: masters would record different
---            ones; replica acknowledgement: a grant inside a release is never acknowledged).
+-- ARGV[3]    the grant time, in milliseconds: how long a lock handed over to a waiter is held
+--            before its new owner confirms it, which is also how long a waiter's place in the
+--            queue lasts without it asking again; "0": never queue (Redlock: masters would
+--            queue waiters in different orders and hand the lock to different ones).
 --            Followed by " <channel>" where the caller's process has a handover channel of its
 --            own (release.lua announces a handover to it there, not on the key's channel)
 -- ARGV[3i+1] owner token of key i (new for every acquisition; no spaces)
@@ -41,7 +44,9 @@
 -- ARGV[3i+3] who asks for key i: "0" a single try (a busy reply is final: the lock is not marked
 --            waited on), "1" the first try of a caller that waits when it is busy, "2" a caller
 --            told it is busy before (a waiter, notified or backing off), which has the lock
---            first while a release's "P" marker lasts
+--            first while a release's "P" marker lasts; followed by " <ticket>" where the caller
+--            brings its place in line (Redlock: the same on every master), else it queues
+--            behind everyone queued
 --
 -- Returns a flat array, two elements per key:
 --   1, fence    acquired (or already ours: an idempotent retry refreshes the TTL and returns the
@@ -49,8 +54,10 @@
 --   0, pttl     held by another owner, which keeps it for pttl more milliseconds; the lock is
 --               marked as waited on (unless the caller tries once), so its release announces
 --               itself
---   4, pttl     the same, and the caller is the lock's next waiter (KEYS[i]:next): the release
---               hands the lock to it
+--   4, pttl     the same, and the caller is in the lock's queue (KEYS[i]:queue): a release hands
+--               the lock to it when its turn comes; or the lock is free, and the first waiter
+--               of the queue has it for pttl more milliseconds (unless it takes it or asks
+--               again), the caller behind
 --   3, left     free, but left to the waiters a release notified for `left` more milliseconds
 --               (the caller is not one of them: it waits that long, or for a notification)
 --  -2, 0        the key holds a value distlock did not write (another program uses the name)
@@ -83,11 +90,13 @@ local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
   return string.sub(value, space + 1, (stop or 0) - 1)
 end
--- The owner token of `key`'s next waiter (KEYS[i]:next), nil when none is recorded.
-local function next_owner(key)
-  local waiter = redis.call('GET', key .. ':next')
-  local split = waiter and string.find(waiter, ' ', 1, true)
-  return split and owner_at(waiter, split)
+-- Queues `owner`, which asks for `key` with a lease of `ttl` ms, at `ticket` ("": behind
+-- everyone queued), its entry naming its grant time, its process's handover channel and its
+-- label. false when the queue is full.
+local function queue_up(key, owner, ttl, ticket)
+  local grant_ms = math.min(handoff_ms, tonumber(ttl))
+  return join_queue(key, owner, grant_ms .. ' ' .. owner .. channel .. label, grant_ms,
+    ticket ~= '' and ticket or nil)
 end
 local time, now
 local function server_time()
@@ -115,6 +124,8 @@ end
 local result = {}
 for i, key in ipairs(KEYS) do
   local owner, ttl, asker = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local ticket = string.sub(asker, 3)
+  asker = string.sub(asker, 1, 1)
   local value = redis.call('GET', key)
   local last = 0
   local held_as = 'L'
@@ -166,21 +177,12 @@ for i, key in ipairs(KEYS) do
       code, answer = 1, tonumber(string.sub(value, 2, space - 1))
     else
       code, answer = 0, redis.call('PTTL', key)
-      if handoff_ms > 0 and asker ~= '0' then
-        -- The first waiter to ask becomes the next one, and stays so while it keeps asking.
-        local next_key = key .. ':next'
-        local waiter = next_owner(key)
-        local grant_ms = math.min(handoff_ms, tonumber(ttl))
-        if not waiter or waiter == owner then
-          -- Written anew at each ask: the channel named is the one the waiter's process has now
-          -- (it may have lost the right to its own since the first ask).
-          redis.call('SET', next_key, grant_ms .. ' ' .. owner .. channel .. label, 'PX', grant_ms)
-          code = 4
-        end
+      if handoff_ms > 0 and asker ~= '0' and queue_up(key, owner, ttl, ticket) then
+        code = 4
       end
-      -- Marked as waited on: by its next waiter alone ("H": release hands it over, and the
-      -- new holder's release publishes nothing unless someone else asked meanwhile), or by
-      -- anyone else ("W": release publishes).
+      -- Marked as waited on: by queued waiters alone ("H": release hands it over, and the new
+      -- holder's release publishes nothing unless someone else asked meanwhile), or by anyone
+      -- else ("W": release publishes).
       if code == 4 then
         if state == 'L' then
           redis.call('SETRANGE', key, 0, 'H')
@@ -190,11 +192,24 @@ for i, key in ipairs(KEYS) do
       end
     end
   end
-  if not code and asker == '2' and handoff_ms > 0 then
-    -- A next waiter that takes the lock by asking (it was free: expired, or released to
-    -- notified waiters) is no longer waiting.
-    if next_owner(key) == owner then
-      redis.call('DEL', key .. ':next')
+  if not code and handoff_ms > 0 then
+    -- Free, but waiters may be queued (its holder expired, or the waiter it was handed to never
+    -- claimed it): the first of them takes it, the others wait behind.
+    local head = queue_head(key)
+    if head == owner then
+      -- Its turn. A Redlock waiter (it brings a ticket) keeps its place until its call ends: a
+      -- vote it gives back after a failed attempt leaves it first in line here.
+      if ticket == '' then
+        pop_head(key, owner)
+      end
+      if held_as == 'L' and anyone_queued(key) then
+        held_as = 'H'
+      end
+    elseif head then
+      code, answer = 0, redis.call('PTTL', key .. ':queue:' .. head)
+      if asker ~= '0' and queue_up(key, owner, ttl, ticket) then
+        code = 4
+      end
     end
   end
   if not code then

@@ -56,17 +56,19 @@ impl LuaScript {
 }
 
 macro_rules! lua_script {
-    ($name:ident, $file:literal) => {
-        pub(crate) static $name: LuaScript = LuaScript::new(include_str!($file), || {
-            redis::Script::new(include_str!($file))
-                .get_hash()
-                .to_owned()
-        });
+    ($name:ident, $($file:literal),+) => {
+        pub(crate) static $name: LuaScript =
+            LuaScript::new(concat!($(include_str!($file)),+), || {
+                redis::Script::new(concat!($(include_str!($file)),+))
+                    .get_hash()
+                    .to_owned()
+            });
     };
 }
 
-lua_script!(ACQUIRE, "acquire.lua");
-lua_script!(RELEASE, "release.lua");
+// The two scripts that keep the queue of waiting processes start with its functions.
+lua_script!(ACQUIRE, "queue.lua", "acquire.lua");
+lua_script!(RELEASE, "queue.lua", "release.lua");
 lua_script!(RENEW, "renew.lua");
 lua_script!(INSPECT, "inspect.lua");
 lua_script!(UNLOCK, "unlock.lua");

@@ -9,46 +9,51 @@
 --            the node owning the key's slot, in a Redis Cluster)
 -- ARGV[4]    this process's handover channel ("" for none): where a handover to a successor it
 --            queues (below) is announced
--- ARGV[i+4]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>[ +]"
+-- ARGV[5]    "1": a waited-on lock is handed over to the first queued waiter (below); "0": its
+--            waiters are told it is free instead, and the first queued one takes it by asking
+--            (Redlock's masters, which must each grant the same caller)
+-- ARGV[i+5]  owner token of key i, or "<owner> <successor> <successor ttl ms> <grant ms>[ +]"
 --            to transfer the lock to a task of the same process queued behind this holder (a
---            local transfer), or, if it is handed over, to make that task its next waiter ("+":
---            the transfer may go ahead of another process's next waiter); or
+--            local transfer), or, if it is handed over, to queue that task for it ("+": the
+--            transfer may go ahead of other processes' queued waiters); or
 --            "<owner> <successor> 0" to release the lock if either token holds it, after a
---            transfer whose outcome its releaser never learnt (and give up either's place as the
---            next waiter)
+--            transfer whose outcome its releaser never learnt (and give up either's place in the
+--            queue); or "<owner> =" to release the lock if the owner holds it and keep the
+--            owner's place in the queue (a Redlock vote given back after a failed attempt)
 --
 -- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
 -- the next token and the successor's TTL, and the holder label of the lock it replaces (the
 -- same process's) — one script per local handoff instead of a release and an acquire. So does
--- a lock only its next waiter was told is busy ("H") when the transfer may go ahead of it
+-- a lock only queued waiters were told is busy ("H") when the transfer may go ahead of them
 -- ("+": the process's run of holders in a row is short, BackendBuilder::local_batch); it stays
--- "H", and that waiter keeps its place. A lock others wait for ("W", or "H" without "+") is
+-- "H", and the queue keeps its order. A lock others wait for ("W", or "H" without "+") is
 -- released as if no successor were named: the waiters of other processes come first. Handed
--- over to another process's next waiter, the lock gets the successor as its own next waiter,
--- with the grant time given (acquire.lua's record, as the successor's first ask would have
--- written it): the successor waits for the handover without asking, and the lock goes back and
--- forth between processes one message each way. Otherwise the successor asks for the lock like
--- any waiter. A transfer tried again after a lost reply finds the lock the successor's, and a
--- handover that queued it finds it the next waiter: each answers as the first one did.
+-- over to the first queued waiter, the lock gets the successor at the back of its queue, with
+-- the grant time given (the entry the successor's first ask would have written): the
+-- successor waits for its handover without asking, and processes take the lock in turns, one
+-- message each. Otherwise the successor asks for the lock like any waiter. A transfer tried
+-- again after a lost reply finds the lock the successor's, and a handover that queued it finds
+-- it queued: each answers as the first one did.
 --
 -- An owner that does not hold the lock (an ended waiting call releasing whatever it may hold)
--- stops being its next waiter.
+-- leaves the queue.
 --
--- A waited-on lock with a next waiter (KEYS[i]:next, acquire.lua) is handed over to it: the key
--- becomes its lock (a new token) for the waiter's grant time, "L…" if only that waiter waited
--- ("H"), "W…" if others did too, and "G<fence> <owner>" is published — on the waiter's
--- process's handover channel as "G<fence> <owner> <key's channel>" if its record names one,
--- else on the key's channel (read by every process waiting for the key). The waiter holds it
--- from that message on, and confirms it by renewing it (its TTL then becomes the waiter's
--- own). An "H" lock whose next waiter stopped asking is released as a "W" one.
+-- A waited-on lock with a queued waiter whose entry lives (KEYS[i]:queue, queue.lua) is handed
+-- over to the first such waiter: the key becomes its lock (a new token) for the waiter's grant
+-- time, "L…" if nobody else waits, "H…" if others are queued, "W…" if someone unqueued was told
+-- it is busy ("W"), and "G<fence> <owner>" is published — on the waiter's process's handover
+-- channel as "G<fence> <owner> <key's channel>" if its entry names one, else on the key's
+-- channel (read by every process waiting for the key). The waiter holds it from that message
+-- on, and confirms it by renewing it (its TTL then becomes the waiter's own). An "H" lock whose
+-- queued waiters all stopped asking is released as a "W" one.
 --
 -- Returns an array, one element per key:
 --   1   released (and, if it was waited on, published on the channel)
 --   2   released, but the server refused the notification (the user may not publish on the
 --       channel): the release stands, waiters elsewhere learn of it by backoff
---   3   released and handed over to the next waiter (published, unless the server refused:
---       the waiter then finds it its own when it next asks)
---   6   the same, and the successor named is the handed-over lock's next waiter
+--   3   released and handed over to the first queued waiter (published, unless the server
+--       refused: the waiter then finds it its own when it next asks)
+--   6   the same, and the successor named is queued for the handed-over lock
 --   0   the lock is free: it expired before we released it
 --  -1   another owner holds it now (or another program wrote the key): left untouched
 --  {5, fence}  transferred to the successor, which holds it with this token
@@ -57,18 +62,9 @@ local function owner_at(value, space)
   local stop = string.find(value, ' ', space + 1, true)
   return string.sub(value, space + 1, (stop or 0) - 1)
 end
--- `key`'s next waiter (acquire.lua): its record "<grant ms> <owner>[ ><channel>][ <label>]" and
--- where the record's first space is, or nil when none is recorded.
-local function next_waiter(key)
-  local waiter = redis.call('GET', key .. ':next')
-  local split = waiter and string.find(waiter, ' ', 1, true)
-  if split then
-    return waiter, split
-  end
-end
--- A next waiter's record after its owner token (at `from`, a space or the end): its process's
--- handover channel (nil for none: no field, or an empty one, written before a label that
--- starts with '>') and its holder label with the space before it ("" for none).
+-- A queued waiter's entry (queue.lua) after its owner token (at `from`, a space or the end): its
+-- process's handover channel (nil for none: no field, or an empty one, written before a label
+-- that starts with '>') and its holder label with the space before it ("" for none).
 local function channel_and_label(waiter, from)
   if string.sub(waiter, from, from + 1) ~= ' >' then
     return nil, string.sub(waiter, from)
@@ -89,8 +85,12 @@ local function next_fence(last)
 end
 local result = {}
 for i, key in ipairs(KEYS) do
-  local owner, successor, successor_ttl, successor_grant = ARGV[i + 4], nil, nil, nil
+  local owner, successor, successor_ttl, successor_grant = ARGV[i + 5], nil, nil, nil
   local ahead = false
+  local keeps_place = string.sub(owner, -2) == ' ='
+  if keeps_place then
+    owner = string.sub(owner, 1, -3)
+  end
   local split = string.find(owner, ' ', 1, true)
   if split then
     local ttl_at = string.find(owner, ' ', split + 1, true)
@@ -122,19 +122,14 @@ for i, key in ipairs(KEYS) do
       code = {5, tonumber(string.sub(value, 2, space - 1))}
     elseif holder ~= owner then
       code = -1
-      if successor_grant or pledged then
-        -- The pledged token is this release's alone: named as the next waiter, it says that a
-        -- handover of this release ran. Tried again after a lost reply, the handover answers as
-        -- the first time; released after a transfer whose outcome was never learnt, the lock
-        -- counts as released, and the successor's place is given up.
-        local waiter, split = next_waiter(key)
-        local named = waiter and owner_at(waiter, split)
-        if successor_grant and named == successor then
-          code = 6
-        elseif pledged and named == pledged then
-          redis.call('DEL', key .. ':next')
-          code = 1
-        end
+      -- The pledged token is this release's alone: queued, it says that a handover of this
+      -- release ran. Tried again after a lost reply, the handover answers as the first time;
+      -- released after a transfer whose outcome was never learnt, the lock counts as released,
+      -- and the successor's place is given up.
+      if successor_grant and is_queued(key, successor) then
+        code = 6
+      elseif pledged and leave_queue(key, pledged) then
+        code = 1
       end
     elseif successor and (state == 'L' or (state == 'H' and ahead)) then
       local label_at = string.find(value, ' ', space + 1, true)
@@ -148,32 +143,34 @@ for i, key in ipairs(KEYS) do
       redis.call('SET', key, 'F' .. string.sub(value, 2, space - 1), 'PX', ARGV[1])
       code = 1
     else
-      -- Waited on. "<grant ms> <owner>[ <label>]": the next waiter, if one still asks.
-      local waiter, split = next_waiter(key)
-      if waiter and owner_at(waiter, split) ~= owner then
-        -- Handed over: the waiter's lock, with the next token.
+      -- Waited on: handed over to the first queued waiter whose entry lives, if any.
+      local heir, entry
+      if ARGV[5] == '1' then
+        heir, entry = queue_head(key)
+      end
+      if heir then
+        pop_head(key, heir)
         local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
-        local held_as = state == 'H' and 'L' or 'W'
         code = 3
         if successor_grant then
-          -- The successor queues behind the waiter, labelled as this holder (same process).
+          -- The successor queues at the back, labelled as this holder (same process).
           local label_at = string.find(value, ' ', space + 1, true)
           local label = label_at and string.sub(value, label_at) or ''
           local channel = ARGV[4] ~= '' and ' >' .. ARGV[4]
             or (string.sub(label, 1, 2) == ' >' and ' >' or '')
-          redis.call('SET', key .. ':next', successor_grant .. ' ' .. successor .. channel .. label,
-            'PX', successor_grant)
-          if held_as == 'L' then
-            held_as = 'H'
+          if join_queue(key, successor, successor_grant .. ' ' .. successor .. channel .. label,
+              successor_grant) then
+            code = 6
           end
-          code = 6
-        else
-          redis.call('DEL', key .. ':next')
         end
-        local heir = owner_at(waiter, split)
-        local channel, label = channel_and_label(waiter, split + 1 + #heir)
+        local held_as = 'W'
+        if state == 'H' then
+          held_as = anyone_queued(key) and 'H' or 'L'
+        end
+        local split = string.find(entry, ' ', 1, true)
+        local channel, label = channel_and_label(entry, split + 1 + #heir)
         redis.call('SET', key, held_as .. fence .. ' ' .. heir .. label, 'PX',
-          string.sub(waiter, 1, split - 1))
+          string.sub(entry, 1, split - 1))
         -- pcall: refused, the grant stands all the same (the waiter finds it when it asks).
         if channel then
           redis.pcall(ARGV[3], channel, 'G' .. fence .. ' ' .. heir .. ' ' .. key .. ':released')
@@ -198,14 +195,14 @@ for i, key in ipairs(KEYS) do
   elseif value and state ~= 'F' and state ~= 'P' and state ~= 'Q' and state ~= 'V' then
     code = -1
   end
-  if type(code) == 'number' and code <= 0 then
+  if not keeps_place and (ARGV[5] == '0' or (type(code) == 'number' and code <= 0)) then
     -- Not ours to release: the owner may be a waiting call that ended (cancelled, out of time),
-    -- which must not stay the lock's next waiter (nor may a successor queued by a handover
-    -- whose outcome its releaser never learnt).
-    local waiter, split = next_waiter(key)
-    local named = waiter and owner_at(waiter, split)
-    if named and (named == owner or named == pledged) then
-      redis.call('DEL', key .. ':next')
+    -- which must not stay queued (nor may a successor queued by a handover whose outcome its
+    -- releaser never learnt). On Redlock's masters a holder stays queued until its call ends:
+    -- this release.
+    leave_queue(key, owner)
+    if pledged then
+      leave_queue(key, pledged)
     end
   end
   result[i] = code

@@ -40,7 +40,7 @@ struct Waiter {
 }
 
 /// What a queued task would hold the lock as: the lock a local transfer grants it is written
-/// with this owner token and TTL (and a place as the next waiter, recorded by a release that
+/// with this owner token and TTL (and a place in the lock's queue, recorded by a release that
 /// handed the lock to another process, names this token). The token is pledged to those only: a
 /// task whose turn comes with neither asks for the lock with a new token, so that a transfer
 /// whose outcome its releaser never learnt (and releases in the background) can never be the
@@ -49,7 +49,7 @@ struct Waiter {
 pub(crate) struct Successor {
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
-    /// The transfer may go ahead of another process's next waiter: the run of this process's
+    /// The transfer may go ahead of other processes' queued waiters: the run of this process's
     /// holders in a row that the releasing holder belongs to began less than the backend's
     /// `local_batch` ago (set by the release; `false` as queued).
     pub(crate) ahead_of_waiter: bool,
@@ -78,7 +78,7 @@ pub(crate) enum Claimed {
         /// lease's `run_started`.
         run_started: Instant,
     },
-    /// The place as the lock's next waiter, recorded for the pledged owner token for `grant`
+    /// The place in the lock's queue, recorded for the pledged owner token for `grant`
     /// from the server's reply to a request sent at `since`: the lock comes by handover.
     Place {
         owner: Owner,

@@ -26,8 +26,8 @@ impl Batched for AcquireBatch {
         Box::pin(self.node.acquire_many(items, 1))
     }
 
-    /// A grant is released; so is a busy reply that made the caller the lock's next waiter
-    /// (the release gives that place up, or releases the lock if it was handed over since):
+    /// A grant is released; so is a busy reply that queued the caller (the
+    /// release gives that place up, or releases the lock if it was handed over since):
     /// the caller's own background release may have run before this batch did.
     fn abandoned(self: &Arc<Self>, item: LockCall, answer: Self::Answer) {
         if let Ok(Acquired::Yes { .. } | Acquired::Busy { next: Some(_), .. }) = answer {

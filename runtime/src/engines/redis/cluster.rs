@@ -18,7 +18,7 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{handoff_window, settle_release, settle_transfer, Node};
+use super::node::{handoff_window, settle_release, settle_transfer, Node, Place};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
@@ -50,8 +50,8 @@ pub(crate) struct ClusterConfig<'a> {
     pub(crate) hooks: SharedHooks,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
-    /// How long a lock handed over to its next waiter is held until confirmed
-    /// ([`handover_grant`](crate::policy::handover_grant)).
+    /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
+    /// unless it asks (or confirms) ([`handover_grant`](crate::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
 }
 
@@ -105,7 +105,7 @@ impl ClusterEngine {
         let node = Arc::new(
             Node::cluster(client, config.timeouts, config.prefix)
                 .with_label(config.holder_label)
-                .with_handoff(config.handover_grant),
+                .with_queue(config.handover_grant, true),
         );
         Ok(ClusterEngine {
             subscriber: ShardedSubscriber::new(
@@ -311,7 +311,9 @@ impl Engine for ClusterEngine {
                     .acquire_shared(&names.lock, owner, ttl, asker, kind)
                     .await;
             }
-            self.node.acquire(&names, owner, ttl, 1, asker).await
+            self.node
+                .acquire(&names, owner, ttl, 1, asker, Place::Behind)
+                .await
         })
     }
 

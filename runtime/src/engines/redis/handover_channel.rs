@@ -1,9 +1,9 @@
 //! A process's own channel for the handovers addressed to its waiters.
 //!
-//! A release that hands a lock to its next waiter (`release.lua`) announces it with one message.
-//! On the key's channel, every process waiting for the key reads that message, and all but one
-//! wake up for nothing: with two processes taking turns, each handover woke both. A waiter whose
-//! process has a channel of its own names it in its record as the next waiter (`acquire.lua`),
+//! A release that hands a lock to its first queued waiter (`release.lua`) announces it with one
+//! message. On the key's channel, every process waiting for the key reads that message, and all
+//! but one wake up for nothing: with two processes taking turns, each handover woke both. A
+//! waiter whose process has a channel of its own names it in its queue entry (`queue.lua`),
 //! and the release publishes the handover there, with the key's channel in the message so that
 //! the process routes it to the waiter ([`Channels::deliver`](crate::wait::Channels::deliver)).
 //!
@@ -12,7 +12,7 @@
 //! connection broke, or the first waiter asked before it opened) is not lost for good: the
 //! waiter's lock is granted on the server all the same, and the waiter finds it its own when it
 //! next asks. A server that refuses the subscription (an ACL without the channel) switches the
-//! channel off for the process: records stop naming it, and handovers go to the key's channel.
+//! channel off for the process: entries stop naming it, and handovers go to the key's channel.
 //!
 //! Redis Cluster has none: sharded pub/sub needs a channel in the key's slot, which one channel
 //! per process cannot be.

@@ -44,8 +44,8 @@ pub(crate) struct RedisConfig<'a> {
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
-    /// How long a lock handed over to its next waiter is held until confirmed
-    /// ([`handover_grant`](crate::policy::handover_grant)).
+    /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
+    /// unless it asks (or confirms) ([`handover_grant`](crate::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
 }
 
@@ -75,7 +75,7 @@ impl RedisEngine {
         let node = Arc::new(
             node.with_replica_ack(config.replica_ack)
                 .with_label(config.holder_label)
-                .with_handoff(config.handover_grant)
+                .with_queue(config.handover_grant, true)
                 .with_handover_channel(Arc::new(HandoverChannel::new(config.prefix))),
         );
         let subscriber = Subscriber::new(
@@ -145,6 +145,7 @@ impl Engine for RedisEngine {
                 owner: owner.clone(),
                 ttl,
                 asker,
+                ticket: None,
             };
             self.acquires.submit(call).await?
         })
@@ -182,6 +183,10 @@ impl Engine for RedisEngine {
 
     fn transfers(&self) -> bool {
         self.node.grants_in_release()
+    }
+
+    fn handovers_need_asking(&self) -> bool {
+        self.node.handovers_need_asking()
     }
 
     fn transfer<'a>(

@@ -42,7 +42,9 @@ mod permits;
 
 pub(crate) use fan_out::quorum;
 
-use super::redis::node::{report_refused_publish, Node, ReleaseReply, Timeouts, HANDOFF_WINDOW};
+use super::redis::node::{
+    report_refused_publish, Node, Place, ReleaseReply, Timeouts, HANDOFF_WINDOW,
+};
 use super::redis::pubsub::Subscriber;
 use super::redis::tls::TlsFiles;
 use crate::doctor::Finding;
@@ -82,6 +84,9 @@ pub(crate) struct RedlockConfig<'a> {
     pub(crate) hooks: SharedHooks,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
+    /// How long a waiter keeps its place in a master's queue between its asks
+    /// ([`handover_grant`](crate::policy::handover_grant)).
+    pub(crate) grant_time: Duration,
 }
 
 struct Master {
@@ -106,6 +111,12 @@ pub(crate) struct RedlockEngine {
     /// token, or the write-back recorded it): where a conditional release can hit. Taken at the
     /// release; bounded, since it only saves round trips.
     granted_as: std::sync::Mutex<HashMap<String, Vec<bool>>>,
+    /// By owner token, a waiting caller's place in line on every master's queue (µs of this
+    /// process's clock when it first queued) and when it last asked: every master orders the
+    /// waiters alike, by ticket, so their queues agree on who is first.
+    tickets: std::sync::Mutex<HashMap<String, (u64, Instant)>>,
+    /// How long a place in a master's queue lasts between asks.
+    grant_time: Duration,
 }
 
 /// Grants remembered in [`RedlockEngine::granted_as`] at most; past it the memory starts over.
@@ -120,7 +131,11 @@ impl RedlockEngine {
         for url in config.urls {
             let node = Arc::new(
                 Node::open(url, config.tls, config.timeouts, config.prefix)?
-                    .with_label(config.holder_label),
+                    .with_label(config.holder_label)
+                    // Waiters queue on every master, which grants a free lock only to the
+                    // first of them; a release tells them, and the first asks (a handover
+                    // would be one master's decision).
+                    .with_queue(config.grant_time, false),
             );
             let subscriber = Subscriber::new(
                 node.clone(),
@@ -147,6 +162,8 @@ impl RedlockEngine {
             publish_refused: AtomicBool::new(false),
             permit_slots: std::sync::Mutex::default(),
             granted_as: std::sync::Mutex::default(),
+            tickets: std::sync::Mutex::default(),
+            grant_time: config.grant_time,
         })
     }
 
@@ -168,8 +185,41 @@ impl RedlockEngine {
         self.masters.len() - self.quorum + 1
     }
 
-    /// One acquire attempt on every master: an exclusive lock (or a permit's slot), or a
-    /// reader.
+    /// `owner`'s place in line on the masters' queues, for an ask at `now`: the ticket it
+    /// queued with, unless its places may have lapsed since (it did not ask for two thirds of
+    /// the grant time: a process that was paused, say), when it goes to the back with a new
+    /// one.
+    fn ticket(&self, owner: &Owner, now: Instant) -> u64 {
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        if tickets.len() >= GRANTS_REMEMBERED {
+            tickets.clear();
+        }
+        let fresh = || {
+            let since_epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            since_epoch.as_micros() as u64
+        };
+        let place = tickets
+            .entry(owner.as_str().to_owned())
+            .or_insert_with(|| (fresh(), now));
+        if now.duration_since(place.1) > self.grant_time * 2 / 3 {
+            place.0 = fresh();
+        }
+        place.1 = now;
+        place.0
+    }
+
+    /// Forgets `owner`'s place in line: its call holds the lock, or ended.
+    fn forget_ticket(&self, owner: &Owner) {
+        self.tickets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(owner.as_str());
+    }
+
+    /// One acquire attempt on every master: an exclusive lock (or, with `queue` false, a
+    /// permit's slot, whose waiters do not queue: they try every slot), or a reader.
     ///
     /// # Cancel safety
     /// Dropped mid-way, votes (and write-backs) already sent may still take the lock on some
@@ -182,8 +232,13 @@ impl RedlockEngine {
         ttl: Duration,
         asker: Asker,
         kind: LockKind,
+        queue: bool,
     ) -> Attempt {
         let started = Instant::now();
+        let place = match (queue, asker) {
+            (false, _) | (_, Asker::Once) => Place::Unqueued,
+            (true, _) => Place::At(self.ticket(owner, started)),
+        };
         // Every vote is waited for (within the timeout) unless enough refused that no quorum
         // can grant: stopping at the first quorum would let a retry by the same owner read a
         // different quorum of its recorded tokens, and a vote landing late keep its own.
@@ -211,7 +266,14 @@ impl RedlockEngine {
                                 .acquire_shared(&names.lock, owner, ttl, asker, kind),
                         )
                     }
-                    _ => Box::pin(master.node.acquire(names, owner, ttl, CLOCK_STEP_US, asker)),
+                    _ => Box::pin(master.node.acquire(
+                        names,
+                        owner,
+                        ttl,
+                        CLOCK_STEP_US,
+                        asker,
+                        place,
+                    )),
                 }
             },
             hopeless,
@@ -219,11 +281,17 @@ impl RedlockEngine {
         .await;
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut busy: Vec<Option<Duration>> = Vec::new();
+        let mut refused = vec![false; self.masters.len()];
+        let mut queued: Option<Duration> = None;
         let mut failures = Vec::new();
         for (index, vote) in votes.into_iter().enumerate() {
             match vote {
                 Some(Ok(Acquired::Yes { fence })) => granted.push((index, fence)),
-                Some(Ok(Acquired::Busy { ttl, .. })) => busy.push(ttl),
+                Some(Ok(Acquired::Busy { ttl, next, .. })) => {
+                    busy.push(ttl);
+                    refused[index] = true;
+                    queued = queued.or(next);
+                }
                 // Masters are independent: none is set to wait for replicas (the builder
                 // refuses it), so this vote never comes; it would count as no vote.
                 Some(Ok(Acquired::Unreplicated { .. })) => {}
@@ -240,8 +308,13 @@ impl RedlockEngine {
                     self.quorum,
                 ))
             } else {
-                // Another owner holds (or is taking) votes: a busy lock, or split votes.
-                Attempt::Busy(busy.into_iter().flatten().max())
+                // Another owner holds (or is taking) votes, or is first in line: a busy lock, or
+                // split votes.
+                Attempt::Busy {
+                    ttl: busy.into_iter().flatten().max(),
+                    refused,
+                    queued,
+                }
             };
         }
         // The token is the largest vote of a quorum — the Q lowest votes: a retry by the same
@@ -287,7 +360,11 @@ impl RedlockEngine {
         let validity = valid_for(ttl, self.drift_factor);
         let elapsed = started.elapsed();
         if confirmed < self.quorum {
-            return Attempt::Busy(None);
+            return Attempt::Busy {
+                ttl: None,
+                refused: vec![false; self.masters.len()],
+                queued: None,
+            };
         }
         if elapsed >= validity {
             return Attempt::Failed(EngineFailure {
@@ -321,6 +398,23 @@ impl RedlockEngine {
         kind: LockKind,
         granted: GrantedAs,
     ) -> Answers<ReleaseReply> {
+        let everywhere = vec![true; self.masters.len()];
+        self.release_where(names, owner, kind, granted, &everywhere)
+            .await
+    }
+
+    /// [`release_everywhere`](Self::release_everywhere) on the masters `on` marks.
+    ///
+    /// # Cancel safety
+    /// As [`release_everywhere`](Self::release_everywhere).
+    async fn release_where(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        kind: LockKind,
+        granted: GrantedAs,
+        on: &[bool],
+    ) -> Answers<ReleaseReply> {
         let exact = self
             .granted_as
             .lock()
@@ -331,6 +425,7 @@ impl RedlockEngine {
             .masters
             .iter()
             .enumerate()
+            .filter(|(index, _)| on[*index])
             .map(|(index, master)| match (&exact, granted) {
                 (Some(exact), GrantedAs::Quietly { .. }) if exact[index] => (master, granted),
                 _ => (master, GrantedAs::Unknown),
@@ -419,8 +514,15 @@ enum Attempt {
         /// Per master: holds exactly the value of the grant.
         exact: Vec<bool>,
     },
-    /// Another owner holds votes; the holder's longest remaining TTL, when known.
-    Busy(Option<Duration>),
+    /// Another owner holds votes, or is first in line for them.
+    Busy {
+        /// The holder's longest remaining TTL, when known.
+        ttl: Option<Duration>,
+        /// Per master: it refused the vote, so it holds nothing of this owner's.
+        refused: Vec<bool>,
+        /// Some master queued the caller, for this grant time.
+        queued: Option<Duration>,
+    },
     /// Too many masters failed (or were too slow) for a quorum.
     Failed(EngineFailure),
 }
@@ -438,9 +540,11 @@ impl RedlockEngine {
         ttl: Duration,
         asker: Asker,
         kind: LockKind,
+        queue: bool,
     ) -> EngineResult<Acquired> {
-        match self.attempt(names, owner, ttl, asker, kind).await {
+        match self.attempt(names, owner, ttl, asker, kind, queue).await {
             Attempt::Granted { token, exact } => {
+                self.forget_ticket(owner);
                 if kind == LockKind::Exclusive {
                     let mut granted = self.granted_as.lock().unwrap_or_else(|e| e.into_inner());
                     if granted.len() >= GRANTS_REMEMBERED {
@@ -450,22 +554,65 @@ impl RedlockEngine {
                 }
                 Ok(Acquired::Yes { fence: token })
             }
-            failed => {
-                // Give every vote back at once (masters that did not answer included), so a
-                // split vote costs the contenders one round trip, not a TTL.
-                self.release_everywhere(names, owner, kind, GrantedAs::Unknown)
-                    .await;
-                match failed {
-                    Attempt::Busy(ttl) => Ok(Acquired::Busy {
-                        ttl,
-                        reserved: false,
-                        next: None,
-                    }),
-                    Attempt::Failed(failure) => Err(failure),
-                    Attempt::Granted { .. } => unreachable!("matched above"),
+            Attempt::Busy {
+                ttl,
+                refused,
+                queued,
+            } => {
+                // Give every vote back at once, so a split vote costs the contenders one round
+                // trip, not a TTL — on the masters that granted or did not answer: the others
+                // hold nothing of ours, and keep this caller's place in their queues.
+                let granted_or_unknown: Vec<bool> =
+                    refused.iter().map(|refused| !refused).collect();
+                if granted_or_unknown.contains(&true) {
+                    self.give_back(names, owner, kind, &granted_or_unknown)
+                        .await;
                 }
+                Ok(Acquired::Busy {
+                    ttl,
+                    reserved: false,
+                    next: queued,
+                })
+            }
+            Attempt::Failed(failure) => {
+                // Too few masters answered: the caller keeps its places (and its ticket) for
+                // its next try, which masters that come back see in the same order.
+                let everywhere = vec![true; self.masters.len()];
+                self.give_back(names, owner, kind, &everywhere).await;
+                Err(failure)
             }
         }
+    }
+
+    /// Gives a failed attempt's votes back on the masters `on` marks: an exclusive lock (or
+    /// slot) `owner` holds there is released, and `owner` keeps its place in their queues (the
+    /// attempt's ask may have queued it where it did not answer); a reader's hold is released.
+    ///
+    /// # Cancel safety
+    /// As [`release_everywhere`](Self::release_everywhere).
+    async fn give_back(&self, names: &KeyNames, owner: &Owner, kind: LockKind, on: &[bool]) {
+        if kind == LockKind::Read {
+            self.release_where(names, owner, kind, GrantedAs::Unknown, on)
+                .await;
+            return;
+        }
+        let targets: Vec<&Master> = self
+            .masters
+            .iter()
+            .zip(on)
+            .filter_map(|(master, on)| on.then_some(master))
+            .collect();
+        fan_out(
+            targets,
+            self.master_timeout,
+            |master| {
+                master
+                    .node
+                    .give_back(names, owner, self.fence_counter_ttl, HANDOFF_WINDOW)
+            },
+            all,
+        )
+        .await;
     }
 
     /// Releases `owner`'s hold of the lock `names` on every master, judged by quorum.
@@ -479,6 +626,7 @@ impl RedlockEngine {
         kind: LockKind,
         granted: GrantedAs,
     ) -> EngineResult<Ownership> {
+        self.forget_ticket(owner);
         let answers = self.release_everywhere(names, owner, kind, granted).await;
         let (mut ours, mut gone, mut foreign) = (0, 0, 0);
         let mut failures = Vec::new();
@@ -588,7 +736,7 @@ impl Engine for RedlockEngine {
             if let LockKind::Permits(permits) = kind {
                 return self.acquire_permit(key, owner, ttl, asker, permits).await;
             }
-            self.acquire_names(&self.names(key), owner, ttl, asker, kind)
+            self.acquire_names(&self.names(key), owner, ttl, asker, kind, true)
                 .await
         })
     }

@@ -43,7 +43,7 @@ impl RedlockEngine {
             let slot = (first + offset) % permits;
             let names = self.names(&slot_key(key, slot));
             match self
-                .acquire_names(&names, owner, ttl, asker, LockKind::Exclusive)
+                .acquire_names(&names, owner, ttl, asker, LockKind::Exclusive, false)
                 .await?
             {
                 Acquired::Yes { fence } => {

@@ -23,6 +23,20 @@ pub(crate) struct LockCall {
     pub(crate) owner: Owner,
     pub(crate) ttl: Duration,
     pub(crate) asker: Asker,
+    /// The caller's place in line, should it queue (Redlock: the same on every master);
+    /// `None`: behind everyone queued.
+    pub(crate) ticket: Option<u64>,
+}
+
+/// Where an exclusive ask queues if it finds the lock busy, on a node whose waiters queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Not at all (a Redlock semaphore's slot: its waiters try every slot in turn).
+    Unqueued,
+    /// Behind everyone queued (one server).
+    Behind,
+    /// At this ticket (Redlock: the same on every master, so that their queues agree).
+    At(u64),
 }
 
 /// One lock of a batched release: its key (already prefixed), its owner, how it was granted
@@ -34,6 +48,9 @@ pub(crate) struct ReleaseCall {
     pub(crate) owner: Owner,
     pub(crate) granted: GrantedAs,
     pub(crate) successor: Option<Successor>,
+    /// An owner that does not hold the lock keeps its place in the lock's queue (a Redlock vote
+    /// given back after a failed attempt); otherwise it leaves the queue (an ended call).
+    pub(crate) keeps_place: bool,
 }
 
 impl ReleaseCall {
@@ -44,16 +61,21 @@ impl ReleaseCall {
             owner,
             granted: GrantedAs::Unknown,
             successor: None,
+            keeps_place: false,
         }
     }
 
     /// `release.lua`'s argument for this lock: the owner token, followed by the successor's
-    /// token and TTL for a transfer and, where the server records next waiters (`handoff`, the
-    /// grant time), the successor's grant time, should the lock be handed over instead, and
-    /// ` +` if the transfer may go ahead of another process's next waiter. A successor with no
-    /// TTL names a transfer that may have run: the lock is released if either token holds it.
-    fn script_arg(&self, handoff: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
+    /// token and TTL for a transfer and, where waiters queue (`grant_time`), the successor's
+    /// grant time, should the lock be handed over instead (the successor then queues for it),
+    /// and ` +` if the transfer may go ahead of other processes' queued waiters. A successor
+    /// with no TTL names a transfer that may have run: the lock is released if either token
+    /// holds it.
+    fn script_arg(&self, grant_time: Option<Duration>) -> std::borrow::Cow<'_, [u8]> {
         let Some(successor) = &self.successor else {
+            if self.keeps_place {
+                return format!("{} =", self.owner.as_str()).into_bytes().into();
+            }
             return self.owner.as_bytes().into();
         };
         if successor.ttl.is_zero() {
@@ -67,7 +89,7 @@ impl ReleaseCall {
             successor.owner.as_str(),
             successor.ttl.as_millis().max(1)
         );
-        if let Some(grant) = handoff {
+        if let Some(grant) = grant_time {
             use std::fmt::Write;
             let _ = write!(arg, " {}", grant_for(grant, successor.ttl).as_millis());
             if successor.ahead_of_waiter {
@@ -78,7 +100,7 @@ impl ReleaseCall {
     }
 }
 
-/// A next waiter's grant time for a lease of `ttl` where the engine's is `grant`, as the
+/// A queued waiter's grant time for a lease of `ttl` where the engine's is `grant`, as the
 /// scripts compute it: the smaller of the two, in whole milliseconds.
 fn grant_for(grant: Duration, ttl: Duration) -> Duration {
     let grant_ms = grant.as_millis().max(1);
@@ -109,16 +131,17 @@ pub(crate) enum ReleaseReply {
     Transferred {
         fence: u64,
     },
-    /// Handed over to another process's next waiter, with the call's successor recorded as the
-    /// next waiter after it, for this grant time.
+    /// Handed over to another process's queued waiter, with the call's successor queued for it
+    /// (at the back), for this grant time.
     Queued {
         grant: Duration,
     },
 }
 
 impl Node {
-    /// `acquire.lua` for one lock: take it (or find it busy, and mark it waited on); the token is
-    /// this server's, with its clock counted in steps of `clock_step_us` (1 for µs).
+    /// `acquire.lua` for one lock: take it (or find it busy, mark it waited on and, where this
+    /// node queues waiters, queue for it at `place`); the token is this server's, with its
+    /// clock counted in steps of `clock_step_us` (1 for µs).
     ///
     /// # Cancel safety
     /// As [`acquire_many`](Self::acquire_many): a dropped call may hold the lock; the caller
@@ -130,15 +153,21 @@ impl Node {
         ttl: Duration,
         clock_step_us: u32,
         asker: Asker,
+        place: Place,
     ) -> EngineResult<Acquired> {
         let item = LockCall {
             lock: names.lock.clone(),
             owner: owner.clone(),
             ttl,
             asker,
+            ticket: match place {
+                Place::At(ticket) => Some(ticket),
+                _ => None,
+            },
         };
+        let grant_time = self.grant_time.filter(|_| place != Place::Unqueued);
         let mut answers = self
-            .acquire_many(std::slice::from_ref(&item), clock_step_us)
+            .acquire_calls(std::slice::from_ref(&item), clock_step_us, grant_time)
             .await?;
         answers
             .pop()
@@ -161,18 +190,43 @@ impl Node {
         items: &[LockCall],
         clock_step_us: u32,
     ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        self.acquire_calls(items, clock_step_us, self.grant_time)
+            .await
+    }
+
+    /// [`acquire_many`](Self::acquire_many), the waiters queued for `grant_time` (`None`: not
+    /// queued).
+    ///
+    /// # Cancel safety
+    /// As [`acquire_many`](Self::acquire_many).
+    async fn acquire_calls(
+        &self,
+        items: &[LockCall],
+        clock_step_us: u32,
+        grant_time: Option<Duration>,
+    ) -> EngineResult<Vec<EngineResult<Acquired>>> {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
         let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
-        let handoff = self.handoff_arg();
+        let askers: Vec<std::borrow::Cow<'_, [u8]>> = items
+            .iter()
+            .map(|item| match item.ticket {
+                Some(ticket) if grant_time.is_some() => {
+                    let code = String::from_utf8_lossy(asker_code(item.asker));
+                    format!("{code} {ticket}").into_bytes().into()
+                }
+                _ => asker_code(item.asker).into(),
+            })
+            .collect();
+        let queue = self.queue_arg(grant_time);
         let mut args: Vec<&[u8]> = Vec::with_capacity(3 + 3 * items.len());
         args.push(step.as_bytes());
         args.push(&self.label);
-        args.push(&handoff);
-        for (item, ttl) in items.iter().zip(&ttls) {
+        args.push(&queue);
+        for ((item, ttl), asker) in items.iter().zip(&ttls).zip(&askers) {
             args.push(item.owner.as_bytes());
             args.push(ttl);
-            args.push(asker_code(item.asker));
+            args.push(asker);
         }
         let (reply, acknowledged): (Vec<i64>, _) = self
             .invoke_acked(&ACQUIRE, &keys, &args, self.replica_ack)
@@ -195,7 +249,7 @@ impl Node {
                 [4, pttl] => Ok(Acquired::Busy {
                     ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
                     reserved: false,
-                    next: self.handoff.map(|grant| grant_for(grant, item.ttl)),
+                    next: grant_time.map(|grant| grant_for(grant, item.ttl)),
                 }),
                 [3, left] => Ok(Acquired::Busy {
                     ttl: u64::try_from(left).ok().map(Duration::from_millis),
@@ -322,6 +376,27 @@ impl Node {
             .await
     }
 
+    /// Gives `owner`'s vote back: releases the lock if `owner` holds it, and otherwise keeps
+    /// `owner`'s place in the lock's queue, where it has one ([`release`](Self::release)
+    /// gives the place up).
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    pub(crate) async fn give_back(
+        &self,
+        names: &KeyNames,
+        owner: &Owner,
+        fence_counter_ttl: Duration,
+        handoff_window: Duration,
+    ) -> EngineResult<ReleaseReply> {
+        let item = ReleaseCall {
+            keeps_place: true,
+            ..ReleaseCall::plain(names.lock.clone(), owner.clone())
+        };
+        self.release_call(item, fence_counter_ttl, handoff_window)
+            .await
+    }
+
     /// Releases `owner`'s lock and transfers it to `successor` in the same script unless
     /// others wait for it (`release.lua`).
     ///
@@ -423,7 +498,7 @@ impl Node {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
             let owners: Vec<_> = scripted
                 .iter()
-                .map(|i| items[*i].script_arg(self.handoff))
+                .map(|i| items[*i].script_arg(self.grant_time))
                 .collect();
             let args = self.release_args(&owners, &marker_ttl, &window);
             pipe.add_command(RELEASE.evalsha(&keys, &args));
@@ -457,7 +532,7 @@ impl Node {
             .and_then(|reply| Vec::<Value>::from_redis_value(reply).ok());
         if let Some(codes) = codes {
             let calls = scripted.iter().map(|i| &items[*i]);
-            if let Ok(released) = release_replies(codes, calls, self.handoff) {
+            if let Ok(released) = release_replies(codes, calls, self.grant_time) {
                 for (index, answer) in scripted.iter().zip(released) {
                     answers[*index] = Some(answer);
                 }
@@ -486,10 +561,10 @@ impl Node {
             .collect()
     }
 
-    /// `acquire.lua`'s grant time of next waiters: `0` (none are recorded), or the milliseconds
-    /// followed by this process's handover channel, if it has a usable one.
-    fn handoff_arg(&self) -> Vec<u8> {
-        let Some(grant) = self.handoff else {
+    /// `acquire.lua`'s grant time of queued waiters: `0` (waiters do not queue), or the
+    /// milliseconds followed by this process's handover channel, if it has a usable one.
+    fn queue_arg(&self, grant_time: Option<Duration>) -> Vec<u8> {
+        let Some(grant) = grant_time else {
             return b"0".to_vec();
         };
         let mut arg = millis(grant);
@@ -514,11 +589,12 @@ impl Node {
         marker_ttl: &'a [u8],
         window: &'a [u8],
     ) -> Vec<&'a [u8]> {
-        let mut args: Vec<&[u8]> = Vec::with_capacity(4 + owners.len());
+        let mut args: Vec<&[u8]> = Vec::with_capacity(5 + owners.len());
         args.push(marker_ttl);
         args.push(window);
         args.push(self.publish.as_bytes());
         args.push(self.usable_handover_channel().unwrap_or("").as_bytes());
+        args.push(if self.hands_over { b"1" } else { b"0" });
         args.extend(owners.iter().map(|owner| &**owner));
         args
     }
@@ -540,13 +616,13 @@ impl Node {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let owners: Vec<_> = items
             .iter()
-            .map(|item| item.script_arg(self.handoff))
+            .map(|item| item.script_arg(self.grant_time))
             .collect();
         let marker_ttl = millis(fence_counter_ttl);
         let window = millis(handoff_window);
         let args = self.release_args(&owners, &marker_ttl, &window);
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
-        release_replies(codes, items.iter(), self.handoff)
+        release_replies(codes, items.iter(), self.grant_time)
     }
 }
 
@@ -601,11 +677,11 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
 }
 
 /// `release.lua`'s answer for the locks of `calls`: a code each (`6`: handed over, the
-/// successor queued behind with its grant time out of `handoff`), or `{5, fence}` for a transfer.
+/// successor queued with its grant time out of `grant_time`), or `{5, fence}` for a transfer.
 fn release_replies<'a>(
     codes: Vec<Value>,
     calls: impl ExactSizeIterator<Item = &'a ReleaseCall>,
-    handoff: Option<Duration>,
+    grant_time: Option<Duration>,
 ) -> EngineResult<Vec<ReleaseReply>> {
     if codes.len() != calls.len() {
         return Err(unexpected("release", codes));
@@ -615,7 +691,7 @@ fn release_replies<'a>(
         .zip(calls)
         .map(|(code, call)| match code {
             Value::Int(2) => Ok(ReleaseReply::ReleasedUnannounced),
-            Value::Int(6) => match (&call.successor, handoff) {
+            Value::Int(6) => match (&call.successor, grant_time) {
                 (Some(successor), Some(grant)) => Ok(ReleaseReply::Queued {
                     grant: grant_for(grant, successor.ttl),
                 }),

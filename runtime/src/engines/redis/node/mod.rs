@@ -39,8 +39,8 @@ mod renewal;
 mod shared;
 
 pub(crate) use exclusive::{
-    handoff_window, report_refused_publish, settle_release, settle_transfer, LockCall, ReleaseCall,
-    ReleaseReply, HANDOFF_WINDOW,
+    handoff_window, report_refused_publish, settle_release, settle_transfer, LockCall, Place,
+    ReleaseCall, ReleaseReply, HANDOFF_WINDOW,
 };
 
 /// Replica acknowledgement: the writes that grant or renew a lock are confirmed by this many
@@ -59,10 +59,14 @@ pub(crate) struct Node {
     prefix: String,
     timeouts: Timeouts,
     replica_ack: Option<ReplicaAck>,
-    /// How long a lock handed over to its next waiter is held before the waiter confirms it
-    /// (`acquire.lua`'s `:next`); `None`: no next waiter is recorded (Redlock; replica
-    /// acknowledgement, which a grant inside a release would skip).
-    handoff: Option<Duration>,
+    /// The grant time, where waiters queue for a held lock (`queue.lua`): how long a waiter's
+    /// place in the queue lasts without it asking again, and how long a lock handed over to it
+    /// is held before it confirms it. `None`: waiters do not queue.
+    grant_time: Option<Duration>,
+    /// A waited-on lock's release hands it to the first queued waiter (one server); `false`:
+    /// it tells the waiters it is free, and the first of them takes it by asking (Redlock's
+    /// masters, which must each grant the same caller).
+    hands_over: bool,
     /// How a release announces itself: `PUBLISH`, or `SPUBLISH` (sharded, Redis Cluster).
     publish: &'static str,
     /// The holder label written with every lock (empty: none).
@@ -181,7 +185,8 @@ impl Node {
             prefix: prefix.to_owned(),
             timeouts,
             replica_ack: None,
-            handoff: None,
+            grant_time: None,
+            hands_over: false,
             publish,
             label: Vec::new(),
             handover_channel: None,
@@ -217,17 +222,21 @@ impl Node {
         self
     }
 
-    /// A waited-on lock's release hands it over to its next waiter, held for `grant` until the
-    /// waiter confirms it — unless grants wait for replicas, which a handover would not.
-    pub(crate) fn with_handoff(mut self, grant: Duration) -> Node {
-        self.handoff = Some(grant).filter(|_| self.replica_ack.is_none());
+    /// Waiters queue for a held lock (`queue.lua`), each keeping its place for `grant` between
+    /// its asks. With `hands_over`, a waited-on lock's release hands it to the first of them,
+    /// held for `grant` until the waiter confirms it (with replica acknowledgement, by asking,
+    /// whose grant the replicas acknowledge: [`handovers_need_asking`](Self::handovers_need_asking));
+    /// without, the release tells the waiters, and the first asks.
+    pub(crate) fn with_queue(mut self, grant: Duration, hands_over: bool) -> Node {
+        self.grant_time = Some(grant);
+        self.hands_over = hands_over;
         self
     }
 
     /// Handovers to this process's waiters are announced on `channel`, which the node's
-    /// subscriber listens to (see [`HandoverChannel`]); only where next waiters are recorded.
+    /// subscriber listens to (see [`HandoverChannel`]); only where releases hand locks over.
     pub(crate) fn with_handover_channel(mut self, channel: Arc<HandoverChannel>) -> Node {
-        self.handover_channel = Some(channel).filter(|_| self.handoff.is_some());
+        self.handover_channel = Some(channel).filter(|_| self.hands_over);
         self
     }
 
@@ -236,11 +245,18 @@ impl Node {
         self.handover_channel.as_deref()
     }
 
-    /// Whether a release may grant the lock to someone in the same step (a handover to the next
-    /// waiter, a local transfer): not with replica acknowledgement, whose grants must each be
-    /// acknowledged, nor on Redlock's masters, which must each decide alike.
+    /// Whether a release may grant the lock to a task of this process in the same step (a local
+    /// transfer): not with replica acknowledgement, whose grants must each be acknowledged
+    /// before they are used, nor on Redlock's masters, which must each decide alike.
     pub(crate) fn grants_in_release(&self) -> bool {
-        self.handoff.is_some()
+        self.hands_over && self.replica_ack.is_none()
+    }
+
+    /// Whether a waiter handed the lock must ask for it before it holds it: with replica
+    /// acknowledgement, a grant written inside a release was acknowledged by nobody, and the
+    /// ask (answered "already yours") is followed by `WAIT` like any grant.
+    pub(crate) fn handovers_need_asking(&self) -> bool {
+        self.replica_ack.is_some()
     }
 
     /// The client of the server this node talks to now (for Sentinel: the primary the sentinels
@@ -571,7 +587,7 @@ fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
 
 fn ownership(code: i64) -> Ownership {
     match code {
-        // 3: released and handed over to the next waiter (`release.lua`).
+        // 3: released and handed over to the first queued waiter (`release.lua`).
         1 | 3 => Ownership::Ours,
         -1 => Ownership::Foreign,
         _ => Ownership::Gone,
