@@ -1,5 +1,5 @@
 //! Command-line arguments: the benchmark run (the default), `--help`, and the hidden `--worker`
-//! mode the two-process contended workload re-executes this binary in.
+//! mode the multi-process contended workloads re-execute this binary in.
 
 use crate::clients::LibId;
 use crate::pin::Pin;
@@ -21,8 +21,9 @@ medians over --runs repetitions, followed by one JSON line (the last line of std
 WORKLOADS:
     sequential   1 task, acquire + release of distinct keys: cycles/s, p50/p99, ratio to the floor
     parallel     --tasks tasks on distinct keys: cycles/s, ratio to the server's rate at that concurrency
-    contended    --contenders tasks on one key, and 2 processes x (contenders/2) tasks: critical
-                 sections/s, fairness, handoff and wait latency, Redis commands per acquired lock;
+    contended    --contenders tasks on one key, 2 processes x (contenders/2) tasks, and 12 tasks
+                 as 3 processes x 4 and as 6 x 2: critical sections/s, fairness per worker and
+                 per process, handoff and wait latency, Redis commands per acquired lock;
                  beside the libraries, the FIFO floor (`fifo-floor`): waiters queued on the
                  server and the lock granted to the next one inside the release, by one message —
                  no lease, fencing or ownership check, so no FIFO lock through the server hands
@@ -177,7 +178,7 @@ impl Config {
     }
 }
 
-/// The child side of the two-process contended workload.
+/// The child side of the multi-process contended workloads.
 #[derive(Debug, Clone)]
 pub(crate) struct WorkerArgs {
     pub(crate) lib: LibId,

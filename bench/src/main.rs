@@ -6,7 +6,7 @@
 //! Layout: [`cli`] arguments → [`run`] (server, calibration, repetitions of [`floor`] and the
 //! [`workloads`]) → [`report`] (medians, targets, table, JSON line). [`clients`] puts the three
 //! libraries behind one interface; [`server_stats`] and [`calibrate`] count what the server did;
-//! [`worker`] is the child process of the two-process contended workload.
+//! [`worker`] is the child process of the multi-process contended workloads.
 
 mod calibrate;
 mod cli;

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 /// The throughput panels: section, what is counted, its label.
-const THROUGHPUT: [(&str, &str, &str); 6] = [
+const THROUGHPUT: [(&str, &str, &str); 8] = [
     (
         "sequential",
         "cycles_per_s",
@@ -31,6 +31,16 @@ const THROUGHPUT: [(&str, &str, &str); 6] = [
         "2 processes × 4 tasks on one key: critical sections/s",
     ),
     (
+        "contended_3_processes",
+        "cs_per_s",
+        "3 processes × 4 tasks on one key: critical sections/s",
+    ),
+    (
+        "contended_6_processes",
+        "cs_per_s",
+        "6 processes × 2 tasks on one key: critical sections/s",
+    ),
+    (
         "redlock_sequential",
         "cycles_per_s",
         "Redlock, 5 masters, 1 task: cycles/s",
@@ -43,9 +53,11 @@ const THROUGHPUT: [(&str, &str, &str); 6] = [
 ];
 
 /// The wait panels: section and label.
-const WAITS: [(&str, &str); 3] = [
+const WAITS: [(&str, &str); 5] = [
     ("contended", "8 tasks in one process on one key"),
     ("contended_processes", "2 processes × 4 tasks on one key"),
+    ("contended_3_processes", "3 processes × 4 tasks on one key"),
+    ("contended_6_processes", "6 processes × 2 tasks on one key"),
     ("redlock_contended", "Redlock, 8 tasks on one key"),
 ];
 

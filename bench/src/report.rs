@@ -3,7 +3,7 @@
 use crate::cli::Config;
 use crate::clients::{LibId, REDLOCK_VERSION, RSLOCK_VERSION};
 use crate::measure::median;
-use crate::run::{Measured, Outcome, SECTIONS};
+use crate::run::{Measured, Outcome, SECTIONS, WIDER_CONTENDED};
 use crate::workloads::held::RENEW_BATCH;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -21,14 +21,62 @@ pub(crate) struct Report {
     json: Value,
 }
 
+/// The goal of a target that is only reported: a number worth watching, with no bar to meet.
+const REPORT_ONLY: &str = "report";
+
 /// One target of the issue, checked against the medians.
 struct Target {
     workload: &'static str,
     what: String,
     goal: String,
     value: String,
-    /// `None`: not measured in this run (a library or workload left out, or n/a).
+    /// `None`: not measured in this run (a library or workload left out, or n/a), or
+    /// [`REPORT_ONLY`].
     met: Option<bool>,
+}
+
+impl Target {
+    fn at_least(
+        workload: &'static str,
+        what: &str,
+        value: Option<f64>,
+        goal: f64,
+        unit: &str,
+    ) -> Target {
+        Target {
+            workload,
+            what: what.into(),
+            goal: format!(">= {}{unit}", fmt_num(goal)),
+            value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
+            met: value.map(|v| v >= goal),
+        }
+    }
+
+    fn at_most(
+        workload: &'static str,
+        what: &str,
+        value: Option<f64>,
+        goal: f64,
+        unit: &str,
+    ) -> Target {
+        Target {
+            workload,
+            what: what.into(),
+            goal: format!("<= {}{unit}", fmt_num(goal)),
+            value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
+            met: value.map(|v| v <= goal),
+        }
+    }
+
+    fn report(workload: &'static str, what: &str, value: Option<f64>) -> Target {
+        Target {
+            workload,
+            what: what.into(),
+            goal: REPORT_ONLY.into(),
+            value: value.map_or("n/a".into(), fmt_num),
+            met: None,
+        }
+    }
 }
 
 impl Report {
@@ -88,13 +136,7 @@ impl Report {
         let mut targets = Vec::new();
         let mut at_least =
             |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
-                targets.push(Target {
-                    workload,
-                    what: what.into(),
-                    goal: format!(">= {}{unit}", fmt_num(goal)),
-                    value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
-                    met: value.map(|v| v >= goal),
-                })
+                targets.push(Target::at_least(workload, what, value, goal, unit))
             };
         at_least(
             "sequential",
@@ -163,13 +205,7 @@ impl Report {
         );
         let mut at_most =
             |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
-                targets.push(Target {
-                    workload,
-                    what: what.into(),
-                    goal: format!("<= {}{unit}", fmt_num(goal)),
-                    value: value.map_or("n/a".into(), |v| format!("{}{unit}", fmt_num(v))),
-                    met: value.map(|v| v <= goal),
-                })
+                targets.push(Target::at_most(workload, what, value, goal, unit))
             };
         // One round trip on the floor's connection, for the handoff goal.
         let rtt_us = self
@@ -291,9 +327,46 @@ impl Report {
                 .contains_key("redlock_contended")
                 .then_some(timeouts == Some(0.0)),
         });
+        for (section, processes, per_process) in WIDER_CONTENDED {
+            targets.extend(self.spread_targets(section, processes, per_process));
+        }
         let order = |t: &Target| SECTIONS.iter().position(|s| *s == t.workload);
         targets.sort_by_key(order);
         targets
+    }
+
+    /// The targets of one [`WIDER_CONTENDED`] section: its throughput is reported, not judged
+    /// (no goal was set for it); the processes must share the lock as evenly as the workers do.
+    fn spread_targets(
+        &self,
+        section: &'static str,
+        processes: usize,
+        per_process: usize,
+    ) -> [Target; 3] {
+        let d = LibId::Distlock;
+        [
+            Target::report(
+                section,
+                &format!(
+                    "critical sections/s, {processes} processes x {per_process} tasks, as a ratio to rslock"
+                ),
+                self.num(section, d, "ratio_to_rslock"),
+            ),
+            Target::at_least(
+                section,
+                &format!("smallest process share of the mean ({processes} processes)"),
+                self.num(section, d, "process_share_min"),
+                0.8,
+                "",
+            ),
+            Target::at_most(
+                section,
+                &format!("largest process share of the mean ({processes} processes)"),
+                self.num(section, d, "process_share_max"),
+                1.2,
+                "",
+            ),
+        ]
     }
 
     fn to_json(&self, config: &Config, measured: &Measured) -> Value {
@@ -467,7 +540,9 @@ impl Report {
         );
         let mut across = contended.to_vec();
         across.insert(5, ("process share min", "process_share_min"));
-        across.insert(6, ("same process %", "same_process_pct"));
+        across.insert(6, ("process share max", "process_share_max"));
+        across.insert(7, ("same process %", "same_process_pct"));
+        across.insert(12, ("cross-process p50 us", "cross_process_handoff_p50_us"));
         self.section(
             &mut out,
             "contended_processes",
@@ -477,6 +552,12 @@ impl Report {
             ),
             &across,
         );
+        for ((section, processes, per_process), letter) in WIDER_CONTENDED.into_iter().zip('c'..) {
+            let title = format!(
+                "3{letter}. Contended: {processes} processes x {per_process} tasks on one key"
+            );
+            self.section(&mut out, section, &title, &across);
+        }
         self.section(
             &mut out,
             "held",
@@ -575,11 +656,12 @@ impl Report {
             let mark = match t.met {
                 Some(true) => "met   ",
                 Some(false) => "MISSED",
+                None if t.goal == REPORT_ONLY => "report",
                 None => "n/a   ",
             };
             let _ = writeln!(
                 out,
-                "  [{mark}] {:<20} {}: {} (goal {})",
+                "  [{mark}] {:<21} {}: {} (goal {})",
                 t.workload, t.what, t.value, t.goal
             );
         }

@@ -16,16 +16,27 @@ use std::time::Duration;
 pub(crate) type Outcome = Result<Map<String, Value>, String>;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 9] = [
+pub(crate) const SECTIONS: [&str; 11] = [
     "sequential",
     "parallel",
     "contended",
     "contended_processes",
+    "contended_3_processes",
+    "contended_6_processes",
     "held",
     "attribute",
     "redlock_sequential",
     "redlock_contended",
     "replicated",
+];
+
+/// The contended workload spread over more processes, 12 tasks in all each: section, processes,
+/// tasks per process. Fixed sizes, not `--contenders`: the same 12 tasks cut two ways show what
+/// the number of processes (connections, wake-ups across processes) costs a library, beside
+/// `contended_processes` (2 processes × contenders/2 tasks).
+pub(crate) const WIDER_CONTENDED: [(&str, usize, usize); 2] = [
+    ("contended_3_processes", 3, 4),
+    ("contended_6_processes", 6, 2),
 ];
 
 /// Everything measured, before aggregation.
@@ -271,7 +282,7 @@ async fn uncontended_slices(
 }
 
 /// Workload 3 in `config.contended_slices` slices, the libraries taking turns: one process,
-/// then two processes.
+/// then two processes, then the [`WIDER_CONTENDED`] spreads.
 async fn contended_slices(
     config: &Config,
     server: &RedisServer,
@@ -280,6 +291,7 @@ async fn contended_slices(
     measured: &mut Measured,
 ) {
     let slice_length = config.duration / config.contended_slices as u32;
+    let spreads = [("contended_processes", 2, config.contenders / 2)];
     for slice in 0..config.contended_slices {
         let mut rows = Vec::new();
         for subject in subjects {
@@ -298,25 +310,43 @@ async fn contended_slices(
         }
         add_ratio_to_rslock(&mut rows, "cs_per_s");
         measured.push("contended", rows);
-        let mut rows = Vec::new();
-        for subject in subjects {
-            let lib = subject.client.lib;
-            let outcome = contended::across_processes(
-                server,
-                &subject.client,
-                &subject.contended,
-                2,
-                config.contenders / 2,
-                slice_length,
-                config.critical_section,
-                &format!("procs:{rep}:{slice}:{}", lib.name()),
-            )
-            .await;
-            rows.push((lib, outcome));
+        for (section, processes, per_process) in spreads.into_iter().chain(WIDER_CONTENDED) {
+            let spread = (processes, per_process);
+            let tag = format!("{rep}:{slice}");
+            let rows = across_processes(config, server, subjects, spread, slice_length, &tag).await;
+            measured.push(section, rows);
         }
-        add_ratio_to_rslock(&mut rows, "cs_per_s");
-        measured.push("contended_processes", rows);
     }
+}
+
+/// One slice of a multi-process section: every subject in turn, `processes` processes ×
+/// `per_process` tasks on one key, with each row's ratio to rslock's in the same slice.
+async fn across_processes(
+    config: &Config,
+    server: &RedisServer,
+    subjects: &[&Subject],
+    (processes, per_process): (usize, usize),
+    slice_length: Duration,
+    tag: &str,
+) -> Vec<(LibId, Outcome)> {
+    let mut rows = Vec::new();
+    for subject in subjects {
+        let lib = subject.client.lib;
+        let outcome = contended::across_processes(
+            server,
+            &subject.client,
+            &subject.contended,
+            processes,
+            per_process,
+            slice_length,
+            config.critical_section,
+            &format!("procs{processes}x{per_process}:{tag}:{}", lib.name()),
+        )
+        .await;
+        rows.push((lib, outcome));
+    }
+    add_ratio_to_rslock(&mut rows, "cs_per_s");
+    rows
 }
 
 /// `name` = cycles/s ÷ (the floor's `floor_key` ÷ `per_cycle`), within this sample.

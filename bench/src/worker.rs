@@ -1,4 +1,4 @@
-//! The child side of the two-process contended workload (`--worker contended …`).
+//! The child side of the multi-process contended workloads (`--worker contended …`).
 //!
 //! Protocol on stdin/stdout, one line each: the child connects and warms up, prints `ready`,
 //! waits for `go`, runs, prints one `r <worker> <asked> <acquired> <releasing>` line per

@@ -5,11 +5,13 @@
 use serde_json::Value;
 use std::process::Command;
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 10] = [
     "sequential",
     "parallel",
     "contended",
     "contended_processes",
+    "contended_3_processes",
+    "contended_6_processes",
     "held",
     "attribute",
     "redlock_sequential",
@@ -48,7 +50,7 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
             "{section}: distlock has no result: {distlock}"
         );
     }
-    for section in &SECTIONS[..5] {
+    for section in &SECTIONS[..7] {
         let rslock = &json["results"][section]["rslock"];
         assert!(
             rslock.is_object() && rslock.get("na").is_none(),
@@ -56,7 +58,7 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         );
     }
     // redlock cannot hold a lease past its TTL; every other workload has a row for it.
-    for section in &SECTIONS[..4] {
+    for section in &SECTIONS[..6] {
         let redlock = &json["results"][section]["redlock"];
         assert!(
             redlock.is_object() && redlock.get("na").is_none(),
@@ -66,7 +68,7 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
     assert!(json["results"]["held"]["redlock"]["na"].is_string());
     // The FIFO floor runs beside the libraries in the contended workloads, and is a lock: no two
     // of its holders ever overlap.
-    for section in &SECTIONS[2..4] {
+    for section in &SECTIONS[2..6] {
         let floor = &json["results"][section]["fifo-floor"];
         assert!(
             floor["critical_sections"].as_f64().is_some_and(|n| n > 0.0),
@@ -75,6 +77,27 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         assert_eq!(floor["violations"], 0.0, "{section}: {floor}");
     }
     assert!(json["results"]["sequential"]["fifo-floor"].is_null());
+    // The multi-process sections count sections per process, one count per process.
+    for (section, processes) in [
+        ("contended_processes", 2),
+        ("contended_3_processes", 3),
+        ("contended_6_processes", 6),
+    ] {
+        let distlock = &json["results"][section]["distlock"];
+        let counts = distlock["process_counts"].as_array();
+        assert_eq!(
+            counts.map(Vec::len),
+            Some(processes),
+            "{section}: {distlock}"
+        );
+        for key in [
+            "process_share_min",
+            "process_share_max",
+            "wait_max_us_worst",
+        ] {
+            assert!(distlock[key].is_number(), "{section}: no {key}: {distlock}");
+        }
+    }
     assert!(
         json["targets"].as_array().is_some_and(|t| !t.is_empty()),
         "no targets in {json}"

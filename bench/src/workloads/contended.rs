@@ -2,9 +2,10 @@
 //! per second, and whether the lock is shared fairly and handed over quickly.
 //!
 //! Every acquisition is recorded as (worker, asked at, acquired at, release started at) on the
-//! wall clock, which the worker processes of the two-process variant share. Sorted by acquisition
-//! time, consecutive records give the handoffs: the time from one holder starting its release
-//! to the next holder having the lock, and whether the next holder is the same worker again.
+//! wall clock, which the worker processes of the multi-process variants share. Sorted by
+//! acquisition time, consecutive records give the handoffs: the time from one holder starting its
+//! release to the next holder having the lock, and whether the next holder is the same worker
+//! (or in the same process) again.
 
 use crate::calibrate::Origins;
 use crate::cli::WorkerArgs;
@@ -307,6 +308,7 @@ pub(crate) fn analyze(
 
     let mut handoffs = Vec::with_capacity(n);
     let mut cross = Vec::with_capacity(n);
+    let mut cross_process = Vec::new();
     let (mut same_worker, mut same_process, mut violations) = (0usize, 0usize, 0usize);
     for pair in acquisitions.windows(2) {
         let (before, after) = (pair[0], pair[1]);
@@ -324,10 +326,13 @@ pub(crate) fn analyze(
         }
         if process_of(after.worker) == process_of(before.worker) {
             same_process += 1;
+        } else {
+            cross_process.push(handoff);
         }
     }
     handoffs.sort_unstable();
     cross.sort_unstable();
+    cross_process.sort_unstable();
     let mut waits: Vec<u64> = acquisitions
         .iter()
         .map(|a| a.acquired.saturating_sub(a.asked))
@@ -355,19 +360,14 @@ pub(crate) fn analyze(
             .into(),
     );
     if processes > 1 {
-        let mut per_process = vec![0usize; processes];
-        for a in &acquisitions {
-            per_process[process_of(a.worker)] += 1;
-        }
-        let fair = n as f64 / processes as f64;
-        let min = per_process
-            .iter()
-            .map(|&c| share(c, fair))
-            .fold(f64::MAX, f64::min);
-        result.insert("process_share_min".into(), min.into());
+        record_process_shares(&mut result, &acquisitions, processes, per_process_workers);
         result.insert(
             "same_process_pct".into(),
             (100.0 * same_process as f64 / pairs).into(),
+        );
+        result.insert(
+            "cross_process_handoff_p50_us".into(),
+            us(quantile(&cross_process, 0.50)).into(),
         );
     }
     result.insert(
@@ -392,6 +392,29 @@ pub(crate) fn analyze(
     result.insert("wait_max_us".into(), us(quantile(&waits, 1.0)).into());
     result.insert("violations".into(), violations.into());
     Ok(result)
+}
+
+/// Sections per process: `process_counts`, and the smallest and largest as a share of the mean.
+/// With few workers per process, the worker shares can look even while whole processes (their
+/// connections, their wake-ups) are favoured over others; these show it.
+fn record_process_shares(
+    result: &mut Map<String, Value>,
+    acquisitions: &[Acquisition],
+    processes: usize,
+    per_process_workers: usize,
+) {
+    let mut counts = vec![0usize; processes];
+    for a in acquisitions {
+        counts[a.worker / per_process_workers] += 1;
+    }
+    let fair = acquisitions.len() as f64 / processes as f64;
+    let shares = counts.iter().map(|&c| c as f64 / fair);
+    let min = shares.clone().fold(f64::MAX, f64::min);
+    let max = shares.fold(0.0, f64::max);
+    result.insert("process_share_min".into(), min.into());
+    result.insert("process_share_max".into(), max.into());
+    let counts: Vec<Value> = counts.into_iter().map(Value::from).collect();
+    result.insert("process_counts".into(), counts.into());
 }
 
 fn record_lock_costs(
@@ -433,6 +456,24 @@ mod tests {
         assert_eq!(result["cross_handoff_p50_us"], 1.0);
         assert_eq!(result["worker_share_max"], 1.5);
         assert_eq!(result["wait_max_us"], 5.0);
+    }
+
+    #[test]
+    fn shares_and_handoffs_per_process() {
+        // 3 processes x 2 workers: process 0 holds the lock twice, process 2 never.
+        let acquisitions = vec![
+            at(0, 0, 1_000, 2_000),
+            at(1, 0, 2_500, 3_000),
+            at(2, 0, 5_000, 6_000),
+            at(3, 0, 8_000, 9_000),
+        ];
+        let result = analyze(acquisitions, 6, 3).unwrap();
+        assert_eq!(result["process_counts"], serde_json::json!([2, 2, 0]));
+        assert_eq!(result["process_share_min"], 0.0);
+        assert_eq!(result["process_share_max"], 1.5);
+        // Handoffs: 0->1 within process 0, 1->2 across processes (2 us), 2->3 within process 1.
+        assert_eq!(result["cross_process_handoff_p50_us"], 2.0);
+        assert!((result["same_process_pct"].as_f64().unwrap() - 200.0 / 3.0).abs() < 1e-9);
     }
 
     #[test]
