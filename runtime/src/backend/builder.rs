@@ -269,9 +269,9 @@ impl BackendBuilder {
     }
 
     /// How long the tasks of this process may go on holding a key one after another — the lock
-    /// passing from each to the next by a local transfer, one script — while a task of another
-    /// process waits for it. Past that, the holder's release hands the lock to that task, and
-    /// this process's tasks queue behind it. Default 1 ms.
+    /// passing from each to the next by a local transfer, one script — while tasks of other
+    /// processes are queued for it. Past that, the holder's release hands the lock to the first
+    /// process in the queue, and this process's next task goes to the back. Default 1 ms.
     ///
     /// A local handoff costs one round trip, a handoff to another process about two (the
     /// release, then its message to the waiting process). Batching local handoffs therefore
@@ -279,15 +279,17 @@ impl BackendBuilder {
     /// process a wait of at most this long plus one critical section; when they are long, a
     /// batch holds one or two and the key alternates between processes. `Duration::ZERO`
     /// alternates strictly. Within a process tasks are served in the order they asked, whatever
-    /// this says. Only locks of one server (standalone, Sentinel) and of a Cluster are handed
-    /// over this way; Redlock and replica acknowledgement hand over nothing.
+    /// this says. Only locks of one server (standalone, Sentinel) and of a Cluster are batched
+    /// this way; Redlock and replica acknowledgement transfer nothing locally.
     pub fn local_batch(mut self, time: Duration) -> Self {
         self.local_batch = time;
         self
     }
 
     /// The longest a waiter sleeps between tries when no release notification arrives: the worst
-    /// delay a lost notification can add. Default 100 ms.
+    /// delay a lost notification can add. Default 100 ms. It also sets the grant time, three
+    /// times it (at least 300 ms): how long a process queued for a busy lock keeps its place
+    /// without asking, and so how long a waiter that died holds up the queue.
     pub fn max_backoff(mut self, delay: Duration) -> Self {
         self.max_backoff = delay;
         self

@@ -95,7 +95,7 @@ end
 -- label. false when the queue is full.
 local function queue_up(key, owner, ttl, ticket)
   local grant_ms = math.min(handoff_ms, tonumber(ttl))
-  return join_queue(key, owner, grant_ms .. ' ' .. owner .. channel .. label, grant_ms,
+  return queue().join(key, owner, grant_ms .. ' ' .. owner .. channel .. label, grant_ms,
     ticket ~= '' and ticket or nil)
 end
 local time, now
@@ -124,8 +124,10 @@ end
 local result = {}
 for i, key in ipairs(KEYS) do
   local owner, ttl, asker = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
-  local ticket = string.sub(asker, 3)
-  asker = string.sub(asker, 1, 1)
+  local ticket = ''
+  if #asker > 1 then
+    ticket, asker = string.sub(asker, 3), string.sub(asker, 1, 1)
+  end
   local value = redis.call('GET', key)
   local last = 0
   local held_as = 'L'
@@ -192,17 +194,17 @@ for i, key in ipairs(KEYS) do
       end
     end
   end
-  if not code and handoff_ms > 0 then
+  if not code and handoff_ms > 0 and queue_exists(key) then
     -- Free, but waiters may be queued (its holder expired, or the waiter it was handed to never
     -- claimed it): the first of them takes it, the others wait behind.
-    local head = queue_head(key)
+    local head = queue().head(key)
     if head == owner then
       -- Its turn. A Redlock waiter (it brings a ticket) keeps its place until its call ends: a
       -- vote it gives back after a failed attempt leaves it first in line here.
       if ticket == '' then
-        pop_head(key, owner)
+        queue().pop(key, owner)
       end
-      if held_as == 'L' and anyone_queued(key) then
+      if held_as == 'L' and queue().anyone(key) then
         held_as = 'H'
       end
     elseif head then

@@ -21,77 +21,97 @@
 -- free, only that waiter may take it (acquire.lua). A lapsed entry is skipped where it is met.
 local QUEUE_BOUND = 1024
 
--- The first waiter of `lock`'s queue whose entry lives, with its entry; the waiters before it,
--- whose entries lapsed, leave the queue. nil when nobody waits.
-local function queue_head(lock)
-  local queue = lock .. ':queue'
-  while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then
-      return nil
-    end
-    local entry = redis.call('GET', queue .. ':' .. head)
-    if entry then
-      return head, entry
-    end
-    redis.call('ZREM', queue, head)
-  end
+-- Whether anyone may be queued for `lock`: the one command a free key's acquire pays for the
+-- queue when nobody waits.
+local function queue_exists(lock)
+  return redis.call('EXISTS', lock .. ':queue') == 1
 end
 
--- Keeps the set at least as long as an entry written for `grant_ms`.
-local function queue_lives(queue, grant_ms)
-  if redis.call('PTTL', queue) < tonumber(grant_ms) then
-    redis.call('PEXPIRE', queue, grant_ms)
+local queue_functions
+-- The queue's functions, made on first use: an uncontended acquire or release never needs
+-- them, and making them costs a closure each per script run.
+local function queue()
+  if queue_functions then
+    return queue_functions
   end
-end
+  local q = {}
 
--- Records `owner` as waiting for `lock`, its entry `entry` for `grant_ms`: at `ticket` (digits)
--- if given — its place then is the ticket's, whatever it was (Redlock: every master moves the
--- waiter to the same place, so their queues agree) —, else in its place if its entry lives, or
--- behind everyone queued. false when the queue is full.
-local function join_queue(lock, owner, entry, grant_ms, ticket)
-  local queue = lock .. ':queue'
-  local kept = redis.call('SET', queue .. ':' .. owner, entry, 'PX', grant_ms, 'XX')
-  if not kept then
-    if redis.call('ZCARD', queue) >= QUEUE_BOUND then
-      return false
+  -- The first waiter of `lock`'s queue whose entry lives, with its entry; the waiters before
+  -- it, whose entries lapsed, leave the queue. nil when nobody waits.
+  function q.head(lock)
+    local set = lock .. ':queue'
+    while true do
+      local head = redis.call('ZRANGE', set, 0, 0)[1]
+      if not head then
+        return nil
+      end
+      local entry = redis.call('GET', set .. ':' .. head)
+      if entry then
+        return head, entry
+      end
+      redis.call('ZREM', set, head)
     end
-    if not ticket then
-      local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
-      ticket = string.format('%.0f', (tonumber(last) or 0) + 1)
-    end
-    redis.call('SET', queue .. ':' .. owner, entry, 'PX', grant_ms)
   end
-  if ticket then
-    redis.call('ZADD', queue, ticket, owner)
-  end
-  queue_lives(queue, grant_ms)
-  return true
-end
 
--- `owner` leaves `lock`'s queue, if it is in it (an ended waiting call). true when it was.
-local function leave_queue(lock, owner)
-  local queue = lock .. ':queue'
-  if redis.call('DEL', queue .. ':' .. owner) == 1 then
-    redis.call('ZREM', queue, owner)
+  -- Keeps the set at least as long as an entry written for `grant_ms`.
+  local function lives(set, grant_ms)
+    if redis.call('PTTL', set) < tonumber(grant_ms) then
+      redis.call('PEXPIRE', set, grant_ms)
+    end
+  end
+
+  -- Records `owner` as waiting for `lock`, its entry `entry` for `grant_ms`: at `ticket`
+  -- (digits) if given — its place then is the ticket's, whatever it was (Redlock: every master
+  -- moves the waiter to the same place, so their queues agree) —, else in its place if its
+  -- entry lives, or behind everyone queued. false when the queue is full.
+  function q.join(lock, owner, entry, grant_ms, ticket)
+    local set = lock .. ':queue'
+    local kept = redis.call('SET', set .. ':' .. owner, entry, 'PX', grant_ms, 'XX')
+    if not kept then
+      if redis.call('ZCARD', set) >= QUEUE_BOUND then
+        return false
+      end
+      if not ticket then
+        local last = redis.call('ZRANGE', set, -1, -1, 'WITHSCORES')[2]
+        ticket = string.format('%.0f', (tonumber(last) or 0) + 1)
+      end
+      redis.call('SET', set .. ':' .. owner, entry, 'PX', grant_ms)
+    end
+    if ticket then
+      redis.call('ZADD', set, ticket, owner)
+    end
+    lives(set, grant_ms)
     return true
   end
-  return false
-end
 
--- Whether `owner`'s entry in `lock`'s queue lives.
-local function is_queued(lock, owner)
-  return redis.call('EXISTS', lock .. ':queue:' .. owner) == 1
-end
+  -- `owner` leaves `lock`'s queue, if it is in it (an ended waiting call). true when it was.
+  function q.leave(lock, owner)
+    local set = lock .. ':queue'
+    if redis.call('DEL', set .. ':' .. owner) == 1 then
+      redis.call('ZREM', set, owner)
+      return true
+    end
+    return false
+  end
 
--- Whether anyone is in `lock`'s queue (entries not checked: a lapsed one is skipped when met).
-local function anyone_queued(lock)
-  return redis.call('ZCARD', lock .. ':queue') > 0
-end
+  -- Whether `owner`'s entry in `lock`'s queue lives.
+  function q.has(lock, owner)
+    return redis.call('EXISTS', lock .. ':queue:' .. owner) == 1
+  end
 
--- The head of the queue, which queue_head returned, leaves it to take the lock.
-local function pop_head(lock, head)
-  redis.call('ZREM', lock .. ':queue', head)
-  redis.call('DEL', lock .. ':queue:' .. head)
+  -- Whether anyone is in `lock`'s queue (entries not checked: a lapsed one is skipped when
+  -- met).
+  function q.anyone(lock)
+    return redis.call('ZCARD', lock .. ':queue') > 0
+  end
+
+  -- The head of the queue, which q.head returned, leaves it to take the lock.
+  function q.pop(lock, head)
+    redis.call('ZREM', lock .. ':queue', head)
+    redis.call('DEL', lock .. ':queue:' .. head)
+  end
+
+  queue_functions = q
+  return q
 end
 

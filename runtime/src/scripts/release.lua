@@ -126,9 +126,9 @@ for i, key in ipairs(KEYS) do
       -- release ran. Tried again after a lost reply, the handover answers as the first time;
       -- released after a transfer whose outcome was never learnt, the lock counts as released,
       -- and the successor's place is given up.
-      if successor_grant and is_queued(key, successor) then
+      if successor_grant and queue().has(key, successor) then
         code = 6
-      elseif pledged and leave_queue(key, pledged) then
+      elseif pledged and queue().leave(key, pledged) then
         code = 1
       end
     elseif successor and (state == 'L' or (state == 'H' and ahead)) then
@@ -146,10 +146,10 @@ for i, key in ipairs(KEYS) do
       -- Waited on: handed over to the first queued waiter whose entry lives, if any.
       local heir, entry
       if ARGV[5] == '1' then
-        heir, entry = queue_head(key)
+        heir, entry = queue().head(key)
       end
       if heir then
-        pop_head(key, heir)
+        queue().pop(key, heir)
         local fence = next_fence(tonumber(string.sub(value, 2, space - 1)) or 0)
         code = 3
         if successor_grant then
@@ -158,14 +158,14 @@ for i, key in ipairs(KEYS) do
           local label = label_at and string.sub(value, label_at) or ''
           local channel = ARGV[4] ~= '' and ' >' .. ARGV[4]
             or (string.sub(label, 1, 2) == ' >' and ' >' or '')
-          if join_queue(key, successor, successor_grant .. ' ' .. successor .. channel .. label,
+          if queue().join(key, successor, successor_grant .. ' ' .. successor .. channel .. label,
               successor_grant) then
             code = 6
           end
         end
         local held_as = 'W'
         if state == 'H' then
-          held_as = anyone_queued(key) and 'H' or 'L'
+          held_as = queue().anyone(key) and 'H' or 'L'
         end
         local split = string.find(entry, ' ', 1, true)
         local channel, label = channel_and_label(entry, split + 1 + #heir)
@@ -200,9 +200,9 @@ for i, key in ipairs(KEYS) do
     -- which must not stay queued (nor may a successor queued by a handover whose outcome its
     -- releaser never learnt). On Redlock's masters a holder stays queued until its call ends:
     -- this release.
-    leave_queue(key, owner)
+    queue().leave(key, owner)
     if pledged then
-      leave_queue(key, pledged)
+      queue().leave(key, pledged)
     end
   end
   result[i] = code
