@@ -59,6 +59,16 @@ struct Tally {
 }
 
 impl Tally {
+    /// Adds `other`'s counts to these (the worst wait is the worse of the two).
+    fn add(&mut self, other: Tally) {
+        self.sections += other.sections;
+        self.overlaps += other.overlaps;
+        self.rejected += other.rejected;
+        self.busy += other.busy;
+        self.errors += other.errors;
+        self.worst_wait = self.worst_wait.max(other.worst_wait);
+    }
+
     fn parse(line: &str) -> Tally {
         let n: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
         Tally {
@@ -166,13 +176,7 @@ async fn contend() {
     }
     let mut total = Tally::default();
     for handle in handles {
-        let tally = handle.await.unwrap();
-        total.sections += tally.sections;
-        total.overlaps += tally.overlaps;
-        total.rejected += tally.rejected;
-        total.busy += tally.busy;
-        total.errors += tally.errors;
-        total.worst_wait = total.worst_wait.max(tally.worst_wait);
+        total.add(handle.await.unwrap());
     }
     worker::report(
         "done",
@@ -196,13 +200,20 @@ struct Deployment<'a> {
     min_replicas: u32,
 }
 
-/// Runs `cells` one after another against `deployment`, the data (the overlap check and the
-/// fenced resource) on `data`; asserts every cell, after printing them all.
-fn matrix(deployment: &Deployment, data: &RedisServer, cells: &[Cell]) {
+/// Runs `cells` one after another against the deployment `name` at `url`, the data (the
+/// overlap check and the fenced resource) on a server of their own; asserts every cell, after
+/// printing them all.
+fn matrix(name: &str, url: String, min_replicas: u32, cells: &[Cell]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let data = RedisServer::start();
+    let deployment = Deployment {
+        name,
+        url,
+        min_replicas,
+    };
     let mut failures = Vec::new();
     for cell in cells {
-        if let Err(failure) = run_cell(deployment, data, *cell) {
+        if let Err(failure) = run_cell(&deployment, &data, *cell) {
             failures.push(failure);
         }
     }
@@ -297,25 +308,13 @@ fn small_matrix() -> Vec<Cell> {
 #[test]
 fn processes_share_a_key_fairly_on_one_server() {
     let server = RedisServer::start();
-    let data = RedisServer::start();
-    let deployment = Deployment {
-        name: "redis",
-        url: server.url(),
-        min_replicas: 0,
-    };
-    matrix(&deployment, &data, &full_matrix());
+    matrix("redis", server.url(), 0, &full_matrix());
 }
 
 #[test]
 fn processes_share_a_key_fairly_on_valkey() {
     let server = RedisServer::start_with(ServerConfig::new().valkey());
-    let data = RedisServer::start();
-    let deployment = Deployment {
-        name: "valkey",
-        url: server.url(),
-        min_replicas: 0,
-    };
-    matrix(&deployment, &data, &small_matrix());
+    matrix("valkey", server.url(), 0, &small_matrix());
 }
 
 /// Replica acknowledgement: a waiter handed the lock asks for it once more, and that grant is
@@ -323,38 +322,20 @@ fn processes_share_a_key_fairly_on_valkey() {
 #[test]
 fn processes_share_a_key_fairly_on_sentinel_with_replica_acknowledgement() {
     let group = SentinelGroup::start(Duration::from_secs(5));
-    let data = RedisServer::start();
-    let deployment = Deployment {
-        name: "sentinel",
-        url: group.sentinel_url(),
-        min_replicas: 1,
-    };
-    matrix(&deployment, &data, &small_matrix());
+    matrix("sentinel", group.sentinel_url(), 1, &small_matrix());
 }
 
 #[test]
 fn processes_share_a_key_fairly_on_a_cluster() {
     let cluster = RedisCluster::start(3, 0, Duration::from_secs(5));
-    let data = RedisServer::start();
-    let deployment = Deployment {
-        name: "cluster",
-        url: cluster.url(),
-        min_replicas: 0,
-    };
-    matrix(&deployment, &data, &small_matrix());
+    matrix("cluster", cluster.url(), 0, &small_matrix());
 }
 
 #[test]
 fn processes_share_a_key_fairly_on_redlock() {
     let masters = RedisServer::start_many(3);
-    let data = RedisServer::start();
     let urls: Vec<String> = masters.iter().map(RedisServer::url).collect();
-    let deployment = Deployment {
-        name: "redlock",
-        url: urls.join(","),
-        min_replicas: 0,
-    };
-    matrix(&deployment, &data, &small_matrix());
+    matrix("redlock", urls.join(","), 0, &small_matrix());
 }
 
 /// Waits for the key `q` (one task), reports `acquired <token>`, holds it for `HOLD_MS` and
@@ -595,11 +576,7 @@ async fn in_process_cell(backend: &Backend, cell: Cell) -> (Vec<Tally>, u64) {
     for tasks in groups {
         let mut group = Tally::default();
         for task in tasks {
-            let tally = task.await.unwrap();
-            group.sections += tally.sections;
-            group.overlaps += tally.overlaps;
-            group.busy += tally.busy;
-            group.worst_wait = group.worst_wait.max(tally.worst_wait);
+            group.add(task.await.unwrap());
         }
         tallies.push(group);
     }
