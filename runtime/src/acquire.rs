@@ -183,6 +183,7 @@ impl Request<'_> {
                         ttl: None,
                         reserved: false,
                         next: Some(grant),
+                        anew: false,
                     };
                     (Ok(answer), since)
                 }
@@ -237,9 +238,17 @@ impl Request<'_> {
                     ttl: holder_ttl,
                     reserved,
                     next,
+                    anew,
                 }) => {
                     if asked {
                         Stats::bump(&inner.stats.busy_replies);
+                    }
+                    if anew && attempt.next.is_some() {
+                        // Queued before, and the place is gone: a handover made to it lapsed
+                        // unclaimed (or it lapsed itself), and a message of it that comes late
+                        // would be trusted from this request's send time, which may be after
+                        // the handover. Handovers are confirmed by asking from now on.
+                        attempt.distrusts_handovers = true;
                     }
                     if let Some(grant) = next {
                         // Queued: a release hands the lock over to this attempt when its turn comes.
@@ -397,6 +406,9 @@ struct Attempt<'a> {
     /// said so to, and how long a handover is held before it is confirmed (sticky: the
     /// server may hand the lock over at any moment until it is told otherwise).
     next: Option<(Instant, Duration)>,
+    /// This attempt lost a place it had in the queue: a handover message is not taken as it
+    /// comes (it may be of the lapsed handover), only confirmed by asking.
+    distrusts_handovers: bool,
     waiting_gauge: Waiting<'a>,
     kind: LockKind,
     /// The TTL each acquire request asks for.
@@ -454,6 +466,7 @@ impl<'a> Attempt<'a> {
             in_flight: false,
             reply_lost: false,
             next: None,
+            distrusts_handovers: false,
             waiting_gauge,
         }
     }
@@ -495,11 +508,12 @@ impl<'a> Attempt<'a> {
     /// The previous holder's release handed the lock over to this attempt, with `fence`: a
     /// lease valid for the handover's grant time from the last request that queued this
     /// attempt (the handover came after the server answered it), which the watchdog
-    /// confirms within the first third of it. `None` when that leaves too little to rely on, or
-    /// where the engine's grants must be acknowledged by replicas (the caller then asks for
-    /// the lock again, which confirms it the ordinary way).
+    /// confirms within the first third of it. `None` when that leaves too little to rely on,
+    /// where the engine's grants must be acknowledged by replicas, or once the attempt lost a
+    /// place it had (the caller then asks for the lock again, which confirms it the ordinary
+    /// way).
     fn take_handover(&mut self, request: &Request<'_>, fence: u64) -> Option<Arc<HeldLease>> {
-        if self.backend.inner.engine.handovers_need_asking() {
+        if self.distrusts_handovers || self.backend.inner.engine.handovers_need_asking() {
             return None;
         }
         let (since, grant) = self.next?;

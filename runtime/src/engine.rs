@@ -1,6 +1,7 @@
 //! The engine boundary: the trait every lock engine implements and the values it answers with.
 //!
-//! A leaf: it imports only leaves (owner tokens, release watches and successors, doctor findings), never the
+//! A leaf: it imports only leaves (owner tokens, release watches and successors, doctor findings,
+//! the protocol's replies), never the
 //! backend handle, the watchdog or anything else that sits above an engine. Engines are built by
 //! their own constructors (`engines/`) and handed to a [`Backend`](crate::Backend).
 
@@ -27,6 +28,11 @@ pub(crate) enum Acquired {
         /// comes (a grant on its [`ReleaseWatch`]), held for this long from some instant after this
         /// request was sent, until the new owner confirms it. `None`: an ordinary busy reply.
         next: Option<Duration>,
+        /// Queued at the back with a new place: the caller had no live place in the queue. A
+        /// caller that was queued before has lost its place since — its entry lapsed, or the
+        /// lock was handed to it and lapsed unclaimed — so a handover message it may still
+        /// receive is stale.
+        anew: bool,
     },
     /// Granted by the primary, but fewer replicas than wanted acknowledged it within the
     /// timeout, so the engine released it again (a failover could have handed it to someone
@@ -158,6 +164,17 @@ pub(crate) struct EngineFailure {
 }
 
 pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
+
+/// A script answered what this client does not know: an error, and ambiguous — the script ran,
+/// and whatever it did (a grant, a release) may have happened.
+impl From<crate::protocol::UnknownReply> for EngineFailure {
+    fn from(reply: crate::protocol::UnknownReply) -> EngineFailure {
+        EngineFailure {
+            ambiguous: true,
+            source: Box::new(reply),
+        }
+    }
+}
 
 impl EngineFailure {
     /// A key used as a semaphore taken as a lock, or the reverse (`-3` from the scripts).

@@ -78,6 +78,7 @@ mod lock;
 mod metrics;
 mod owner;
 mod policy;
+mod protocol;
 mod redact;
 mod registry;
 mod release;

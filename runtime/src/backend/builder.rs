@@ -524,6 +524,7 @@ impl BackendBuilder {
             }
             Some("memory") => (
                 Arc::new(InProcessEngine::new(
+                    &self.prefix,
                     self.fence_counter_ttl,
                     &holder_label,
                 )),

@@ -3,6 +3,5 @@
 //! [`Backend`](crate::Backend) by the builder.
 
 pub(crate) mod in_process;
-pub(crate) mod in_process_shared;
 pub(crate) mod redis;
 pub(crate) mod redlock;

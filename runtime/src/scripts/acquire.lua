@@ -54,10 +54,12 @@
 --   0, pttl     held by another owner, which keeps it for pttl more milliseconds; the lock is
 --               marked as waited on (unless the caller tries once), so its release announces
 --               itself
---   4, pttl     the same, and the caller is in the lock's queue (KEYS[i]:queue): a release hands
---               the lock to it when its turn comes; or the lock is free, and the first waiter
---               of the queue has it for pttl more milliseconds (unless it takes it or asks
---               again), the caller behind
+--   4, pttl     the same, and the caller is in the lock's queue (KEYS[i]:queue), in the place
+--               it had: a release hands the lock to it when its turn comes; or the lock is free,
+--               and the first waiter of the queue has it for pttl more milliseconds (unless it
+--               takes it or asks again), the caller behind
+--   7, pttl     the same as 4, the caller queued at the back with a new place: it had none that
+--               lived (a first ask; or its place lapsed, or a lock handed to it lapsed unclaimed)
 --   3, left     free, but left to the waiters a release notified for `left` more milliseconds
 --               (the caller is not one of them: it waits that long, or for a notification)
 --  -2, 0        the key holds a value distlock did not write (another program uses the name)
@@ -92,11 +94,14 @@ local function owner_at(value, space)
 end
 -- Queues `owner`, which asks for `key` with a lease of `ttl` ms, at `ticket` ("": behind
 -- everyone queued), its entry naming its grant time, its process's handover channel and its
--- label. false when the queue is full.
+-- label: the code to answer, 4 (its place kept) or 7 (a new place); nil when the queue is full.
 local function queue_up(key, owner, ttl, ticket)
   local grant_ms = math.min(handoff_ms, tonumber(ttl))
-  return queue().join(key, owner, grant_ms .. ' ' .. owner .. channel .. label, grant_ms,
-    ticket ~= '' and ticket or nil)
+  local joined = queue().join(key, owner, grant_ms .. ' ' .. owner .. channel .. label,
+    grant_ms, ticket ~= '' and ticket or nil)
+  if joined then
+    return joined == 'kept' and 4 or 7
+  end
 end
 local time, now
 local function server_time()
@@ -179,13 +184,13 @@ for i, key in ipairs(KEYS) do
       code, answer = 1, tonumber(string.sub(value, 2, space - 1))
     else
       code, answer = 0, redis.call('PTTL', key)
-      if handoff_ms > 0 and asker ~= '0' and queue_up(key, owner, ttl, ticket) then
-        code = 4
+      if handoff_ms > 0 and asker ~= '0' then
+        code = queue_up(key, owner, ttl, ticket) or 0
       end
       -- Marked as waited on: by queued waiters alone ("H": release hands it over, and the new
       -- holder's release publishes nothing unless someone else asked meanwhile), or by anyone
       -- else ("W": release publishes).
-      if code == 4 then
+      if code ~= 0 then
         if state == 'L' then
           redis.call('SETRANGE', key, 0, 'H')
         end
@@ -209,8 +214,8 @@ for i, key in ipairs(KEYS) do
       end
     elseif head then
       code, answer = 0, redis.call('PTTL', key .. ':queue:' .. head)
-      if asker ~= '0' and queue_up(key, owner, ttl, ticket) then
-        code = 4
+      if asker ~= '0' then
+        code = queue_up(key, owner, ttl, ticket) or 0
       end
     end
   end

@@ -63,7 +63,8 @@ local function queue()
   -- Records `owner` as waiting for `lock`, its entry `entry` for `grant_ms`: at `ticket`
   -- (digits) if given — its place then is the ticket's, whatever it was (Redlock: every master
   -- moves the waiter to the same place, so their queues agree) —, else in its place if its
-  -- entry lives, or behind everyone queued. false when the queue is full.
+  -- entry lives, or behind everyone queued. 'kept' when its entry lived, 'joined' when it had
+  -- none, false when the queue is full.
   function q.join(lock, owner, entry, grant_ms, ticket)
     local set = lock .. ':queue'
     local kept = redis.call('SET', set .. ':' .. owner, entry, 'PX', grant_ms, 'XX')
@@ -81,7 +82,7 @@ local function queue()
       redis.call('ZADD', set, ticket, owner)
     end
     lives(set, grant_ms)
-    return true
+    return kept and 'kept' or 'joined'
   end
 
   -- `owner` leaves `lock`'s queue, if it is in it (an ended waiting call). true when it was.

@@ -24,6 +24,7 @@
 
 use crate::lease::{from_nanos, to_nanos};
 use crate::owner::Owner;
+use crate::protocol::{LockValue, State};
 use redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,12 +113,7 @@ pub(crate) enum Outcome {
 
 /// The value `acquire.lua` wrote for a first-try grant.
 pub(crate) fn granted_value(fence: u64, owner: &Owner, label: &[u8]) -> Vec<u8> {
-    let mut value = format!("L{fence} {}", owner.as_str()).into_bytes();
-    if !label.is_empty() {
-        value.push(b' ');
-        value.extend_from_slice(label);
-    }
-    value
+    LockValue::held(State::Held, fence, owner.as_str(), label)
 }
 
 /// `SET <lock> F<fence> IFEQ <granted value> PX <marker ttl>`.
@@ -130,7 +126,7 @@ pub(crate) fn release_command(
 ) -> redis::Cmd {
     let mut cmd = redis::cmd("SET");
     cmd.arg(lock)
-        .arg(format!("F{fence}"))
+        .arg(LockValue::free(fence))
         .arg("IFEQ")
         .arg(granted_value(fence, owner, label))
         .arg("PX")

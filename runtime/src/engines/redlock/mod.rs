@@ -572,6 +572,7 @@ impl RedlockEngine {
                     ttl,
                     reserved: false,
                     next: queued,
+                    anew: false,
                 })
             }
             Attempt::Failed(failure) => {

@@ -66,6 +66,7 @@ impl RedlockEngine {
             ttl: soonest,
             reserved: false,
             next: None,
+            anew: false,
         })
     }
 

@@ -2,7 +2,7 @@
 //! conditional `SET … IFEQ` release beside it, the local transfer, and the fencing token's
 //! write-back.
 
-use super::{asker_code, millis, ownership, unexpected, Node, ReplicaAck};
+use super::{asker_code, millis, unexpected, Node, ReplicaAck};
 use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer};
 use crate::engines::redis::conditional;
 use crate::engines::redis::diagnose;
@@ -10,6 +10,7 @@ use crate::engines::redis::handover_channel::HandoverChannel;
 use crate::key::KeyNames;
 use crate::kind::LockKind;
 use crate::owner::Owner;
+use crate::protocol::{Acquire, FenceWriteback, Release, UnknownReply};
 use crate::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
 use crate::wait::Successor;
 use redis::{FromRedisValue, Value};
@@ -106,6 +107,39 @@ fn grant_for(grant: Duration, ttl: Duration) -> Duration {
     let grant_ms = grant.as_millis().max(1);
     let ttl_ms = ttl.as_millis().max(1);
     Duration::from_millis(grant_ms.min(ttl_ms) as u64)
+}
+
+/// What `acquire.lua`'s `answer` for `lock` means to the engine; `next`: the grant time of a
+/// caller it queued.
+fn acquired(lock: &str, answer: Acquire, next: Option<Duration>) -> EngineResult<Acquired> {
+    Ok(match answer {
+        Acquire::Granted { token } => Acquired::Yes { fence: token },
+        Acquire::Busy { pttl } => Acquired::Busy {
+            ttl: pttl,
+            reserved: false,
+            next: None,
+            anew: false,
+        },
+        Acquire::Queued { pttl, anew } => Acquired::Busy {
+            ttl: pttl,
+            reserved: false,
+            next,
+            anew,
+        },
+        Acquire::Reserved { left } => Acquired::Busy {
+            ttl: left,
+            reserved: true,
+            next: None,
+            anew: false,
+        },
+        Acquire::ForeignValue => {
+            return Err(EngineFailure {
+                ambiguous: false,
+                source: diagnose::foreign_value(&format!("the key {lock}")).into(),
+            })
+        }
+        Acquire::OtherKind => return Err(EngineFailure::kind_mismatch(lock, LockKind::Exclusive)),
+    })
 }
 
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
@@ -237,34 +271,9 @@ impl Node {
         let answers: Vec<EngineResult<Acquired>> = reply
             .chunks_exact(2)
             .zip(items)
-            .map(|(answer, item)| match *answer {
-                [1, fence] if fence > 0 => Ok(Acquired::Yes {
-                    fence: fence as u64,
-                }),
-                [0, pttl] => Ok(Acquired::Busy {
-                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    reserved: false,
-                    next: None,
-                }),
-                [4, pttl] => Ok(Acquired::Busy {
-                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    reserved: false,
-                    next: grant_time.map(|grant| grant_for(grant, item.ttl)),
-                }),
-                [3, left] => Ok(Acquired::Busy {
-                    ttl: u64::try_from(left).ok().map(Duration::from_millis),
-                    reserved: true,
-                    next: None,
-                }),
-                [-2, _] => Err(EngineFailure {
-                    ambiguous: false,
-                    source: diagnose::foreign_value(&format!("the key {}", item.lock)).into(),
-                }),
-                [-3, _] => Err(EngineFailure::kind_mismatch(
-                    &item.lock,
-                    LockKind::Exclusive,
-                )),
-                _ => Err(unexpected("acquire", answer)),
+            .map(|(answer, item)| {
+                let next = grant_time.map(|grant| grant_for(grant, item.ttl));
+                acquired(&item.lock, Acquire::decode(answer[0], answer[1])?, next)
             })
             .collect();
         match (self.replica_ack, acknowledged) {
@@ -352,7 +361,7 @@ impl Node {
                 &[&who, fence.to_string().as_bytes()],
             )
             .await?;
-        Ok(done == 1)
+        Ok(FenceWriteback::decode(done)? == FenceWriteback::Recorded)
     }
 
     /// Releases one lock: free it if `owner` holds it, leaving its token as a marker for
@@ -689,22 +698,29 @@ fn release_replies<'a>(
     codes
         .into_iter()
         .zip(calls)
-        .map(|(code, call)| match code {
-            Value::Int(2) => Ok(ReleaseReply::ReleasedUnannounced),
-            Value::Int(6) => match (&call.successor, grant_time) {
-                (Some(successor), Some(grant)) => Ok(ReleaseReply::Queued {
-                    grant: grant_for(grant, successor.ttl),
-                }),
-                _ => Err(unexpected("release", code)),
-            },
-            Value::Int(code) => Ok(ReleaseReply::Found(ownership(code))),
-            Value::Array(ref pair) => match pair.as_slice() {
-                [Value::Int(5), Value::Int(fence)] => Ok(ReleaseReply::Transferred {
-                    fence: *fence as u64,
-                }),
-                _ => Err(unexpected("release", code)),
-            },
-            other => Err(unexpected("release", other)),
+        .map(|(code, call)| {
+            let answer = match code {
+                Value::Int(code) => Release::decode(code, None),
+                Value::Array(ref pair) => match pair.as_slice() {
+                    [Value::Int(code), Value::Int(token)] => Release::decode(*code, Some(*token)),
+                    _ => Err(UnknownReply::new(Release::SCRIPT, &code)),
+                },
+                ref other => Err(UnknownReply::new(Release::SCRIPT, other)),
+            }?;
+            Ok(match answer {
+                Release::Released | Release::HandedOver => ReleaseReply::Found(Ownership::Ours),
+                Release::ReleasedUnannounced => ReleaseReply::ReleasedUnannounced,
+                Release::Expired => ReleaseReply::Found(Ownership::Gone),
+                Release::TakenOver => ReleaseReply::Found(Ownership::Foreign),
+                Release::Transferred { token } => ReleaseReply::Transferred { fence: token },
+                Release::HandedOverSuccessorQueued => match (&call.successor, grant_time) {
+                    (Some(successor), Some(grant)) => ReleaseReply::Queued {
+                        grant: grant_for(grant, successor.ttl),
+                    },
+                    // Only a release that named a successor can have queued it.
+                    _ => return Err(UnknownReply::new(Release::SCRIPT, 6).into()),
+                },
+            })
         })
         .collect()
 }

@@ -22,7 +22,7 @@ use super::handover_channel::HandoverChannel;
 use super::sentinel::SentinelTarget;
 pub(crate) use super::timeouts::Timeouts;
 use super::tls::{self, TlsFiles};
-use crate::engine::{Asker, EngineFailure, EngineResult, Ownership};
+use crate::engine::{Asker, EngineFailure, EngineResult};
 use crate::error::LockError;
 use crate::scripts::LuaScript;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -582,15 +582,6 @@ fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
     EngineFailure {
         ambiguous: false,
         source: format!("unexpected reply to {what}: {value:?}").into(),
-    }
-}
-
-fn ownership(code: i64) -> Ownership {
-    match code {
-        // 3: released and handed over to the first queued waiter (`release.lua`).
-        1 | 3 => Ownership::Ours,
-        -1 => Ownership::Foreign,
-        _ => Ownership::Gone,
     }
 }
 

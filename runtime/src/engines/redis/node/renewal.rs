@@ -1,8 +1,9 @@
 //! Lease renewal (`renew.lua`) as typed calls: the watchdog's batches, and the command the
 //! cluster engine pipelines itself.
 
-use super::{millis, ownership, unexpected, Node};
+use super::{millis, unexpected, Node};
 use crate::engine::{EngineFailure, EngineResult, Ownership, Renewal};
+use crate::protocol::Renew;
 use crate::scripts::RENEW;
 use redis::{FromRedisValue, Value};
 
@@ -31,12 +32,14 @@ impl Node {
             (Some(ack), Some(acknowledged)) => acknowledged >= ack.replicas,
             _ => true,
         };
-        Ok(codes
+        codes
             .into_iter()
-            .map(ownership)
-            // An extension the replicas did not confirm is not one the lease may count on.
-            .map(|found| (confirmed || found != Ownership::Ours).then_some(found))
-            .collect())
+            .map(|code| {
+                let found = renewed(code)?;
+                // An extension the replicas did not confirm is not one the lease may count on.
+                Ok((confirmed || found != Ownership::Ours).then_some(found))
+            })
+            .collect()
     }
 
     /// The `renew.lua` call (by SHA) for leases whose keys are already prefixed, for callers
@@ -70,7 +73,7 @@ impl Node {
         if codes.len() != count {
             return Err(unexpected("renew", codes));
         }
-        Ok(codes.into_iter().map(ownership).collect())
+        codes.into_iter().map(renewed).collect()
     }
 
     /// `renew.lua`'s arguments: per lease its owner (a shared holder: `~<owner> <label>`, its
@@ -86,4 +89,13 @@ impl Node {
         }
         args
     }
+}
+
+/// What `renew.lua`'s `code` for one lease found.
+fn renewed(code: i64) -> EngineResult<Ownership> {
+    Ok(match Renew::decode(code)? {
+        Renew::Renewed => Ownership::Ours,
+        Renew::Gone => Ownership::Gone,
+        Renew::TakenOver => Ownership::Foreign,
+    })
 }

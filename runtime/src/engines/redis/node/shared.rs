@@ -1,10 +1,11 @@
 //! Readers and permits (`shared_acquire.lua`, `shared_release.lua`) as typed calls.
 
-use super::{asker_code, millis, ownership, unexpected, Node, ReleaseReply};
-use crate::engine::{Acquired, Asker, EngineFailure, EngineResult};
+use super::{asker_code, millis, Node, ReleaseReply};
+use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Ownership};
 use crate::engines::redis::diagnose;
 use crate::kind::LockKind;
 use crate::owner::Owner;
+use crate::protocol::{SharedAcquire, SharedRelease};
 use crate::scripts::{SHARED_ACQUIRE, SHARED_RELEASE};
 use std::time::Duration;
 
@@ -42,28 +43,27 @@ impl Node {
         let (answer, acknowledged): ([i64; 2], _) = self
             .invoke_acked(&SHARED_ACQUIRE, &[lock, &holders], &args, self.replica_ack)
             .await?;
-        let acquired = match answer {
-            [1, fence] if fence > 0 => Acquired::Yes {
-                fence: fence as u64,
-            },
-            [0, ms] => Acquired::Busy {
+        let acquired = match SharedAcquire::decode(answer[0], answer[1])? {
+            SharedAcquire::Granted { token } => Acquired::Yes { fence: token },
+            SharedAcquire::Busy { ms } => Acquired::Busy {
                 next: None,
-                ttl: u64::try_from(ms).ok().map(Duration::from_millis),
+                anew: false,
+                ttl: ms,
                 reserved: false,
             },
-            [3, ms] => Acquired::Busy {
+            SharedAcquire::Reserved { ms } => Acquired::Busy {
                 next: None,
-                ttl: u64::try_from(ms).ok().map(Duration::from_millis),
+                anew: false,
+                ttl: ms,
                 reserved: true,
             },
-            [-2, _] => {
+            SharedAcquire::ForeignValue => {
                 return Err(EngineFailure {
                     ambiguous: false,
                     source: diagnose::foreign_value(&format!("the key {lock}")).into(),
                 })
             }
-            [-3, _] => return Err(EngineFailure::kind_mismatch(lock, kind)),
-            _ => return Err(unexpected("shared acquire", answer)),
+            SharedAcquire::OtherKind => return Err(EngineFailure::kind_mismatch(lock, kind)),
         };
         match (self.replica_ack, acknowledged, acquired) {
             (Some(ack), Some(acknowledged), Acquired::Yes { .. })
@@ -106,9 +106,10 @@ impl Node {
         let code: i64 = self
             .invoke(&SHARED_RELEASE, &[lock, &holders], &args)
             .await?;
-        Ok(match code {
-            2 => ReleaseReply::ReleasedUnannounced,
-            code => ReleaseReply::Found(ownership(code)),
+        Ok(match SharedRelease::decode(code)? {
+            SharedRelease::Released => ReleaseReply::Found(Ownership::Ours),
+            SharedRelease::ReleasedUnannounced => ReleaseReply::ReleasedUnannounced,
+            SharedRelease::Expired => ReleaseReply::Found(Ownership::Gone),
         })
     }
 

@@ -1,0 +1,799 @@
+//! The lock scripts' transitions, in Rust, on the in-process [`Keyspace`]: each function here is
+//! the `.lua` file of the same name (`scripts/`), step for step, reading and writing the same
+//! values (`protocol`) and answering the same replies. `tests/protocol.rs` drives both with the
+//! same random operations and compares them after every step.
+
+use super::keyspace::{Keyspace, Ttl};
+use crate::key::{channel_of, holders_of};
+use crate::kind::WRITER_INTENT;
+use crate::protocol::{Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State};
+
+/// The queue's bound (`queue.lua`'s `QUEUE_BOUND`).
+const QUEUE_BOUND: usize = 1024;
+
+/// What every call of a script shares (the arguments before the per-key ones).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The holder label written with every lock ("" for none).
+    pub(crate) label: String,
+    /// The grant time in ms; 0: waiters do not queue (`acquire.lua`'s `ARGV[3]`).
+    pub(crate) grant_ms: u64,
+    /// How long a release's token marker lives, in ms.
+    pub(crate) marker_ttl_ms: u64,
+    /// How long the waiters a release notifies have the lock first, in ms.
+    pub(crate) window_ms: u64,
+    /// A waited-on lock is handed over to the first queued waiter (`release.lua`'s `ARGV[5]`).
+    pub(crate) hands_over: bool,
+}
+
+/// The messages a script published, in order: (channel, message).
+pub(crate) type Published = Vec<(String, String)>;
+
+/// Who asks for a lock (`acquire.lua`'s per-key `ARGV[3i+3]`): `b'0'` once, `b'1'` a first try
+/// of a caller that waits, `b'2'` a waiter; with the waiter's ticket, if it brings one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asking {
+    pub(crate) code: u8,
+    pub(crate) ticket: Option<u64>,
+}
+
+/// One key of an acquire.
+#[derive(Debug, Clone)]
+pub(crate) struct AcquireCall {
+    pub(crate) lock: String,
+    pub(crate) owner: String,
+    pub(crate) ttl_ms: u64,
+    pub(crate) asking: Asking,
+}
+
+/// One key of a release (`release.lua`'s per-key argument).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReleaseCall {
+    pub(crate) lock: String,
+    pub(crate) owner: String,
+    /// A local successor: its token, TTL (0: a transfer that may have run, released as either
+    /// token's), and, where waiters queue, its grant time and whether it may go ahead.
+    pub(crate) successor: Option<(String, u64, Option<u64>, bool)>,
+    /// Keep the owner's place in the queue (a Redlock vote given back).
+    pub(crate) keeps_place: bool,
+}
+
+fn queue_of(lock: &str) -> String {
+    format!("{lock}:queue")
+}
+
+fn entry_of(lock: &str, owner: &str) -> String {
+    format!("{lock}:queue:{owner}")
+}
+
+// --- queue.lua ---
+
+fn queue_exists(keys: &mut Keyspace, lock: &str) -> bool {
+    keys.exists(&queue_of(lock))
+}
+
+/// The first waiter whose entry lives, with its entry; lapsed ones before it leave.
+fn queue_head(keys: &mut Keyspace, lock: &str) -> Option<(String, String)> {
+    let queue = queue_of(lock);
+    loop {
+        let (head, _) = keys.zfirst(&queue)?;
+        if let Some(entry) = keys.get(&entry_of(lock, &head)) {
+            return Some((head, entry));
+        }
+        keys.zrem(&queue, &head);
+    }
+}
+
+fn queue_lives(keys: &mut Keyspace, queue: &str, grant_ms: u64) {
+    if keys.pttl(queue) < grant_ms as i64 {
+        keys.pexpire(queue, grant_ms);
+    }
+}
+
+fn join_queue(
+    keys: &mut Keyspace,
+    lock: &str,
+    owner: &str,
+    entry: String,
+    grant_ms: u64,
+    ticket: Option<u64>,
+) -> Option<bool> {
+    let queue = queue_of(lock);
+    let kept = keys.set_existing(&entry_of(lock, owner), entry.clone(), grant_ms);
+    let mut ticket = ticket;
+    if !kept {
+        if keys.zcard(&queue) >= QUEUE_BOUND {
+            return None;
+        }
+        if ticket.is_none() {
+            let last = keys.zlast(&queue).map_or(0, |(_, score)| score as u64);
+            ticket = Some(last + 1);
+        }
+        keys.set(&entry_of(lock, owner), entry, Ttl::Px(grant_ms));
+    }
+    if let Some(ticket) = ticket {
+        keys.zadd(&queue, ticket as i64, owner);
+    }
+    queue_lives(keys, &queue, grant_ms);
+    Some(kept)
+}
+
+fn leave_queue(keys: &mut Keyspace, lock: &str, owner: &str) -> bool {
+    if keys.del(&entry_of(lock, owner)) {
+        keys.zrem(&queue_of(lock), owner);
+        return true;
+    }
+    false
+}
+
+fn is_queued(keys: &mut Keyspace, lock: &str, owner: &str) -> bool {
+    keys.exists(&entry_of(lock, owner))
+}
+
+fn anyone_queued(keys: &mut Keyspace, lock: &str) -> bool {
+    keys.zcard(&queue_of(lock)) > 0
+}
+
+fn pop_head(keys: &mut Keyspace, lock: &str, head: &str) {
+    keys.zrem(&queue_of(lock), head);
+    keys.del(&entry_of(lock, head));
+}
+
+/// The entry a waiter's ask writes: `<grant ms> <owner>[ <label>]` (no handover channel in
+/// one process; a label that starts with `>` gets the empty channel field before it).
+fn entry_for(grant_ms: u64, owner: &str, label: &str) -> String {
+    match label {
+        "" => format!("{grant_ms} {owner}"),
+        label if label.starts_with('>') => format!("{grant_ms} {owner} > {label}"),
+        label => format!("{grant_ms} {owner} {label}"),
+    }
+}
+
+/// An entry's grant time and holder label (`release.lua`'s `channel_and_label`).
+fn entry_fields(entry: &str) -> (u64, String) {
+    let mut fields = entry.splitn(3, ' ');
+    let grant = fields.next().and_then(|ms| ms.parse().ok()).unwrap_or(0);
+    let _owner = fields.next();
+    let rest = fields.next().unwrap_or("");
+    let label = match rest.strip_prefix('>') {
+        // A channel field, empty or not, then the label.
+        Some(channel_and_label) => channel_and_label
+            .split_once(' ')
+            .map_or("", |(_, label)| label),
+        None => rest,
+    };
+    (grant, label.to_owned())
+}
+
+/// The next fencing token after `last`: `max(last + 1, the clock in µs)`.
+fn next_fence(keys: &Keyspace, last: u64) -> u64 {
+    keys.time_us().max(last + 1)
+}
+
+fn ms_left(until_us: u64, now_us: u64) -> i64 {
+    (until_us as i64 - now_us as i64 + 999).div_euclid(1000)
+}
+
+// --- acquire.lua ---
+
+/// `acquire.lua`: one answer per call.
+pub(crate) fn acquire(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    calls: &[AcquireCall],
+) -> Vec<Acquire> {
+    calls
+        .iter()
+        .map(|call| acquire_one(keys, settings, call))
+        .collect()
+}
+
+fn acquire_one(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> Acquire {
+    let (lock, owner, asker) = (&call.lock, &call.owner, call.asking.code);
+    let value = keys.get(lock);
+    let mut last = 0;
+    let mut held_as = State::Held;
+    let mut answer: Option<Acquire> = None;
+    if let Some(value) = value.as_deref() {
+        let Some(parsed) = LockValue::parse(value) else {
+            return Acquire::ForeignValue;
+        };
+        last = parsed.token;
+        match parsed.state {
+            State::Free => {}
+            State::Permits | State::PermitsRefused => return Acquire::OtherKind,
+            State::ReadHeld | State::ReadHeldWriterWaits => {
+                let holders = holders_of(lock);
+                let now_ms = (keys.time_us() / 1000) as i64;
+                keys.zremrange_upto(&holders, now_ms);
+                if keys.zcard(&holders) > 0 {
+                    if asker != b'0' {
+                        let intent = keys.time_us() + WRITER_INTENT.as_micros() as u64;
+                        keys.set(lock, format!("S{last} {intent}"), Ttl::Keep);
+                    }
+                    answer = Some(Acquire::Busy {
+                        pttl: millis(keys.pttl(lock)),
+                    });
+                } else {
+                    keys.del(&holders);
+                    if parsed.state == State::ReadHeldWriterWaits {
+                        held_as = State::HeldWaitedOn;
+                    }
+                }
+            }
+            State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter => {
+                let until = parsed.until_us.unwrap_or(0);
+                let left = ms_left(until, keys.time_us());
+                if left > 0 {
+                    if asker == b'2' {
+                        if parsed.state != State::Reserved {
+                            held_as = State::HeldWaitedOn;
+                        }
+                    } else {
+                        if parsed.state == State::Reserved && asker == b'1' {
+                            keys.set_first(lock, State::ReservedTurnedAway.letter());
+                        }
+                        answer = Some(Acquire::Reserved { left: millis(left) });
+                    }
+                }
+            }
+            State::Held | State::HeldQueued | State::HeldWaitedOn => {
+                if parsed.owner == Some(owner.as_str()) {
+                    keys.pexpire(lock, call.ttl_ms);
+                    return Acquire::Granted {
+                        token: parsed.token,
+                    };
+                }
+                let pttl = millis(keys.pttl(lock));
+                let queued = match settings.grant_ms > 0 && asker != b'0' {
+                    true => queue_up(keys, settings, call),
+                    false => None,
+                };
+                if let Some(kept) = queued {
+                    if parsed.state == State::Held {
+                        keys.set_first(lock, State::HeldQueued.letter());
+                    }
+                    return Acquire::Queued { pttl, anew: !kept };
+                }
+                if parsed.state != State::HeldWaitedOn && asker != b'0' {
+                    keys.set_first(lock, State::HeldWaitedOn.letter());
+                }
+                return Acquire::Busy { pttl };
+            }
+        }
+    }
+    if answer.is_none() && settings.grant_ms > 0 && queue_exists(keys, lock) {
+        match queue_head(keys, lock) {
+            Some((head, _)) if head == *owner => {
+                if call.asking.ticket.is_none() {
+                    pop_head(keys, lock, owner);
+                }
+                if held_as == State::Held && anyone_queued(keys, lock) {
+                    held_as = State::HeldQueued;
+                }
+            }
+            Some((head, _)) => {
+                let pttl = millis(keys.pttl(&entry_of(lock, &head)));
+                let queued = match asker != b'0' {
+                    true => queue_up(keys, settings, call),
+                    false => None,
+                };
+                answer = Some(match queued {
+                    Some(kept) => Acquire::Queued { pttl, anew: !kept },
+                    None => Acquire::Busy { pttl },
+                });
+            }
+            None => {}
+        }
+    }
+    if let Some(answer) = answer {
+        return answer;
+    }
+    let token = next_fence(keys, last);
+    let value = LockValue::held(held_as, token, owner, settings.label.as_bytes());
+    let value = String::from_utf8(value).expect("the label is text");
+    keys.set(lock, value, Ttl::Px(call.ttl_ms));
+    Acquire::Granted { token }
+}
+
+/// `acquire.lua`'s `queue_up`: the caller queued behind the holder or first waiter; whether
+/// its place was kept (`None`: the queue is full).
+fn queue_up(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> Option<bool> {
+    let grant_ms = settings.grant_ms.min(call.ttl_ms);
+    let entry = entry_for(grant_ms, &call.owner, &settings.label);
+    join_queue(
+        keys,
+        &call.lock,
+        &call.owner,
+        entry,
+        grant_ms,
+        call.asking.ticket,
+    )
+}
+
+/// A time the scripts answer in ms (a negative `PTTL`: none).
+fn millis(ms: i64) -> Option<std::time::Duration> {
+    u64::try_from(ms).ok().map(std::time::Duration::from_millis)
+}
+
+// --- release.lua ---
+
+/// `release.lua`: one answer per call; what it published is appended to `published`.
+pub(crate) fn release(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    calls: &[ReleaseCall],
+    published: &mut Published,
+) -> Vec<Release> {
+    calls
+        .iter()
+        .map(|call| release_one(keys, settings, call, published))
+        .collect()
+}
+
+fn release_one(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    call: &ReleaseCall,
+    published: &mut Published,
+) -> Release {
+    let lock = call.lock.as_str();
+    let mut owner = call.owner.clone();
+    let (mut successor, mut pledged) = (None, None);
+    if let Some((token, ttl, grant, ahead)) = &call.successor {
+        match ttl {
+            0 => pledged = Some(token.clone()),
+            _ => successor = Some((token.clone(), *ttl, *grant, *ahead)),
+        }
+    }
+    let value = keys.get(lock);
+    let parsed = value.as_deref().map(LockValue::parse);
+    let code = match parsed {
+        Some(Some(held)) if held.state.is_exclusive() => {
+            let holder = held.owner.unwrap_or_default().to_owned();
+            if pledged.as_deref() == Some(holder.as_str()) {
+                owner = holder.clone();
+            }
+            release_held(
+                keys, settings, lock, &held, &holder, &owner, &successor, &pledged, published,
+            )
+        }
+        Some(Some(free)) if free.state.is_free() => Release::Expired,
+        Some(_) => Release::TakenOver,
+        None => Release::Expired,
+    };
+    let not_ours = matches!(code, Release::Expired | Release::TakenOver);
+    if !call.keeps_place && (!settings.hands_over || not_ours) {
+        leave_queue(keys, lock, &owner);
+        if let Some(pledged) = &pledged {
+            leave_queue(keys, lock, pledged);
+        }
+    }
+    code
+}
+
+#[allow(clippy::too_many_arguments)]
+fn release_held(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    lock: &str,
+    held: &LockValue<'_>,
+    holder: &str,
+    owner: &str,
+    successor: &Option<(String, u64, Option<u64>, bool)>,
+    pledged: &Option<String>,
+    published: &mut Published,
+) -> Release {
+    if let Some((token, _, _, _)) = successor {
+        if holder == token {
+            return Release::Transferred { token: held.token };
+        }
+    }
+    if holder != owner {
+        if let Some((token, _, Some(_), _)) = successor {
+            if is_queued(keys, lock, token) {
+                return Release::HandedOverSuccessorQueued;
+            }
+        }
+        if let Some(pledged) = pledged {
+            if leave_queue(keys, lock, pledged) {
+                return Release::Released;
+            }
+        }
+        return Release::TakenOver;
+    }
+    let label = held.label.unwrap_or("");
+    if let Some((token, ttl, _, ahead)) = successor {
+        if held.state == State::Held || (held.state == State::HeldQueued && *ahead) {
+            let fence = next_fence(keys, held.token);
+            let value = LockValue::held(held.state, fence, token, label.as_bytes());
+            keys.set(lock, String::from_utf8(value).expect("text"), Ttl::Px(*ttl));
+            return Release::Transferred { token: fence };
+        }
+    }
+    if held.state == State::Held {
+        keys.set(
+            lock,
+            LockValue::free(held.token),
+            Ttl::Px(settings.marker_ttl_ms),
+        );
+        return Release::Released;
+    }
+    let heir = match settings.hands_over {
+        true => queue_head(keys, lock),
+        false => None,
+    };
+    let Some((heir, entry)) = heir else {
+        let until_us = (keys.time_us() / 1000 + settings.window_ms) * 1000;
+        keys.set(
+            lock,
+            format!("P{} {until_us}", held.token),
+            Ttl::Px(settings.marker_ttl_ms),
+        );
+        published.push((channel_of(lock), lock.to_owned()));
+        return Release::Released;
+    };
+    pop_head(keys, lock, &heir);
+    let fence = next_fence(keys, held.token);
+    let mut code = Release::HandedOver;
+    if let Some((token, _, Some(grant), _)) = successor {
+        let entry = entry_for(*grant, token, label);
+        if join_queue(keys, lock, token, entry, *grant, None).is_some() {
+            code = Release::HandedOverSuccessorQueued;
+        }
+    }
+    let held_as = match held.state {
+        State::HeldQueued if anyone_queued(keys, lock) => State::HeldQueued,
+        State::HeldQueued => State::Held,
+        _ => State::HeldWaitedOn,
+    };
+    let (grant_ms, heir_label) = entry_fields(&entry);
+    let value = LockValue::held(held_as, fence, &heir, heir_label.as_bytes());
+    keys.set(
+        lock,
+        String::from_utf8(value).expect("text"),
+        Ttl::Px(grant_ms),
+    );
+    published.push((channel_of(lock), format!("G{fence} {heir}")));
+    code
+}
+
+// --- renew.lua ---
+
+/// One lease of a renewal: its lock, its owner (a shared holder's member, `<owner> <label>`,
+/// with `shared`), and its new TTL.
+#[derive(Debug, Clone)]
+pub(crate) struct RenewCall {
+    pub(crate) lock: String,
+    pub(crate) owner: String,
+    pub(crate) shared: bool,
+    pub(crate) ttl_ms: u64,
+}
+
+/// `renew.lua`: one answer per lease.
+pub(crate) fn renew(keys: &mut Keyspace, calls: &[RenewCall]) -> Vec<Renew> {
+    calls.iter().map(|call| renew_one(keys, call)).collect()
+}
+
+fn renew_one(keys: &mut Keyspace, call: &RenewCall) -> Renew {
+    let value = keys.get(&call.lock);
+    let parsed = value.as_deref().and_then(LockValue::parse);
+    let state = parsed.as_ref().map(|value| value.state);
+    if call.shared {
+        let holders = holders_of(&call.lock);
+        let now_ms = (keys.time_us() / 1000) as i64;
+        if state.is_some_and(State::is_exclusive) {
+            return Renew::TakenOver;
+        }
+        let alive = keys
+            .zscore(&holders, &call.owner)
+            .is_some_and(|expiry| expiry > now_ms);
+        if alive && state.is_some_and(State::is_shared) {
+            keys.zadd(&holders, now_ms + call.ttl_ms as i64, &call.owner);
+            if keys.pttl(&call.lock) < call.ttl_ms as i64 {
+                keys.pexpire(&call.lock, call.ttl_ms);
+                keys.pexpire(&holders, call.ttl_ms);
+            }
+            return Renew::Renewed;
+        }
+        return Renew::Gone;
+    }
+    match parsed {
+        Some(held) if held.state.is_exclusive() => {
+            if held.owner == Some(call.owner.as_str()) {
+                keys.pexpire(&call.lock, call.ttl_ms);
+                Renew::Renewed
+            } else {
+                Renew::TakenOver
+            }
+        }
+        _ => Renew::Gone,
+    }
+}
+
+// --- shared_acquire.lua ---
+
+/// A shared holder's kind: a reader, or a permit of a semaphore of `n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sharing {
+    Reader,
+    Permit(u32),
+}
+
+/// `shared_acquire.lua` for `member` (`<owner> <label>`).
+pub(crate) fn shared_acquire(
+    keys: &mut Keyspace,
+    lock: &str,
+    sharing: Sharing,
+    member: &str,
+    ttl_ms: u64,
+    asker: u8,
+) -> SharedAcquire {
+    let holders = holders_of(lock);
+    let now_us = keys.time_us();
+    let now_ms = (now_us / 1000) as i64;
+    let value = keys.get(lock);
+    let parsed = match value.as_deref() {
+        Some(value) => match LockValue::parse(value) {
+            Some(parsed) => Some(parsed),
+            None => return SharedAcquire::ForeignValue,
+        },
+        None => None,
+    };
+    let state = parsed.as_ref().map(|value| value.state);
+    let last = parsed.as_ref().map_or(0, |value| value.token);
+    let permit = matches!(sharing, Sharing::Permit(_));
+    if state.is_some_and(State::is_exclusive) {
+        if permit {
+            return SharedAcquire::OtherKind;
+        }
+        if state != Some(State::HeldWaitedOn) && asker != b'0' {
+            keys.set_first(lock, State::HeldWaitedOn.letter());
+        }
+        return SharedAcquire::Busy {
+            ms: millis(keys.pttl(lock)),
+        };
+    }
+    let reading = matches!(state, Some(State::ReadHeld | State::ReadHeldWriterWaits));
+    let counting = matches!(state, Some(State::Permits | State::PermitsRefused));
+    if (reading && permit) || (counting && !permit) {
+        return SharedAcquire::OtherKind;
+    }
+    let until_us = parsed.as_ref().and_then(|value| value.until_us);
+    if let (Some(reserved), Some(until)) = (state, until_us) {
+        let free_marker = matches!(
+            reserved,
+            State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter
+        );
+        let left = ms_left(until, now_us);
+        if free_marker && left > 0 && (asker != b'2' || reserved == State::ReservedForWriter) {
+            if reserved == State::Reserved && asker == b'1' {
+                keys.set_first(lock, State::ReservedTurnedAway.letter());
+            }
+            return SharedAcquire::Reserved { ms: millis(left) };
+        }
+    }
+    let shared = reading || counting;
+    if shared {
+        keys.zremrange_upto(&holders, now_ms);
+    }
+    let mine = shared && keys.zscore(&holders, member).is_some();
+    let mut fence = last;
+    if !mine {
+        if state == Some(State::ReadHeldWriterWaits) {
+            let until = until_us.unwrap_or(0);
+            if until > now_us {
+                return SharedAcquire::Busy {
+                    ms: millis(ms_left(until, now_us)),
+                };
+            }
+        }
+        if let Sharing::Permit(permits) = sharing {
+            if shared && keys.zcard(&holders) >= permits as usize {
+                if state == Some(State::Permits) && asker != b'0' {
+                    keys.set_first(lock, State::PermitsRefused.letter());
+                }
+                let first = keys.zfirst(&holders).map_or(0, |(_, score)| score);
+                return SharedAcquire::Busy {
+                    ms: millis((first - now_ms).max(1)),
+                };
+            }
+            fence = (last + 1).max(now_us);
+        } else if last == 0 {
+            fence = now_us;
+        }
+    }
+    keys.zadd(&holders, now_ms + ttl_ms as i64, member);
+    let longest = keys.zlast(&holders).map_or(now_ms, |(_, score)| score);
+    let live_ms = (longest - now_ms).max(1) as u64;
+    let next_value = match sharing {
+        Sharing::Reader => match (state, until_us) {
+            (Some(State::ReadHeldWriterWaits), Some(until)) if until > now_us => {
+                value.clone().expect("read-held")
+            }
+            _ => format!("R{fence}"),
+        },
+        Sharing::Permit(_) => match state {
+            Some(State::PermitsRefused) => format!("N{fence}"),
+            _ => format!("M{fence}"),
+        },
+    };
+    keys.set(lock, next_value, Ttl::Px(live_ms));
+    keys.pexpire(&holders, live_ms);
+    SharedAcquire::Granted { token: fence }
+}
+
+// --- shared_release.lua ---
+
+/// `shared_release.lua` for `member`.
+pub(crate) fn shared_release(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    lock: &str,
+    member: &str,
+    published: &mut Published,
+) -> SharedRelease {
+    let holders = holders_of(lock);
+    let now_us = keys.time_us();
+    let now_ms = (now_us / 1000) as i64;
+    let expiry = keys.zscore(&holders, member);
+    keys.zremrange_upto(&holders, now_ms);
+    if expiry.is_none_or(|expiry| expiry <= now_ms) {
+        return SharedRelease::Expired;
+    }
+    keys.zrem(&holders, member);
+    let value = keys.get(lock);
+    let Some(parsed) = value.as_deref().and_then(LockValue::parse) else {
+        return SharedRelease::Expired;
+    };
+    if !parsed.state.is_shared() {
+        return SharedRelease::Expired;
+    }
+    let fence = parsed.token;
+    let waited = matches!(
+        parsed.state,
+        State::ReadHeldWriterWaits | State::PermitsRefused
+    );
+    if keys.zcard(&holders) == 0 {
+        if waited {
+            let mut until_us = now_us + settings.window_ms * 1000;
+            let mut marker = 'P';
+            if parsed.state == State::ReadHeldWriterWaits {
+                marker = 'V';
+                until_us = until_us.max(parsed.until_us.unwrap_or(0));
+            }
+            keys.set(
+                lock,
+                format!("{marker}{fence} {until_us}"),
+                Ttl::Px(settings.marker_ttl_ms),
+            );
+        } else {
+            keys.set(
+                lock,
+                LockValue::free(fence),
+                Ttl::Px(settings.marker_ttl_ms),
+            );
+        }
+        keys.del(&holders);
+    } else if parsed.state == State::PermitsRefused {
+        keys.set_first(lock, State::Permits.letter());
+    } else {
+        return SharedRelease::Released;
+    }
+    if waited {
+        published.push((channel_of(lock), lock.to_owned()));
+    }
+    SharedRelease::Released
+}
+
+// --- inspect.lua and unlock.lua ---
+
+/// Who holds a lock, as `inspect.lua` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holding {
+    /// The owner token ("" for readers and permits).
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) pttl_ms: i64,
+    /// The holder label ("" when none was written; a shared key: one holder's).
+    pub(crate) label: String,
+    pub(crate) waited_on: bool,
+    /// Readers or permit holders: how many hold it.
+    pub(crate) shared: Option<u64>,
+}
+
+/// `inspect.lua`: who holds `lock`; `None` when it is free. `Err` for a value distlock did not
+/// write.
+pub(crate) fn inspect(keys: &mut Keyspace, lock: &str) -> Result<Option<Holding>, String> {
+    let Some(value) = keys.get(lock) else {
+        return Ok(None);
+    };
+    let Some(parsed) = LockValue::parse(&value) else {
+        return Err(format!("{lock} holds a value distlock did not write"));
+    };
+    if parsed.state.is_free() {
+        return Ok(None);
+    }
+    if parsed.state.is_shared() {
+        let holders = holders_of(lock);
+        let now_ms = (keys.time_us() / 1000) as i64;
+        let count = keys.zcount_above(&holders, now_ms);
+        if count == 0 {
+            return Ok(None);
+        }
+        let longest = keys.zlast(&holders).map_or(now_ms, |(_, score)| score);
+        let first = keys.zfirst_above(&holders, now_ms).unwrap_or_default();
+        let label = first.split_once(' ').map_or("", |(_, label)| label);
+        return Ok(Some(Holding {
+            owner: String::new(),
+            token: parsed.token,
+            pttl_ms: longest - now_ms,
+            label: label.to_owned(),
+            waited_on: parsed.state.is_waited_on(),
+            shared: Some(count as u64),
+        }));
+    }
+    Ok(Some(Holding {
+        owner: parsed.owner.unwrap_or_default().to_owned(),
+        token: parsed.token,
+        pttl_ms: keys.pttl(lock),
+        label: parsed.label.unwrap_or("").to_owned(),
+        waited_on: parsed.state.is_waited_on(),
+        shared: None,
+    }))
+}
+
+/// `unlock.lua`: removes whoever holds `lock`, leaving a marker one above its token and waking
+/// its waiters; the holder removed (`None`: it was free).
+pub(crate) fn unlock(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    lock: &str,
+    published: &mut Published,
+) -> Result<Option<Holding>, String> {
+    let Some(holding) = inspect_for_unlock(keys, lock)? else {
+        return Ok(None);
+    };
+    if holding.shared.is_some() {
+        keys.del(&holders_of(lock));
+    }
+    keys.set(
+        lock,
+        LockValue::free(holding.token + 1),
+        Ttl::Px(settings.marker_ttl_ms),
+    );
+    published.push((channel_of(lock), lock.to_owned()));
+    Ok(Some(holding))
+}
+
+/// What `unlock.lua` reports of the holder it removes: as `inspect.lua`, but a shared key's
+/// holders are counted whether or not their leases live (`ZCARD`), with the key's own TTL.
+fn inspect_for_unlock(keys: &mut Keyspace, lock: &str) -> Result<Option<Holding>, String> {
+    let Some(value) = keys.get(lock) else {
+        return Ok(None);
+    };
+    let Some(parsed) = LockValue::parse(&value) else {
+        return Err(format!("{lock} holds a value distlock did not write"));
+    };
+    if parsed.state.is_free() {
+        return Ok(None);
+    }
+    if parsed.state.is_shared() {
+        return Ok(Some(Holding {
+            owner: String::new(),
+            token: parsed.token,
+            pttl_ms: keys.pttl(lock),
+            label: String::new(),
+            waited_on: parsed.state.is_waited_on(),
+            shared: Some(keys.zcard(&holders_of(lock)) as u64),
+        }));
+    }
+    Ok(Some(Holding {
+        owner: parsed.owner.unwrap_or_default().to_owned(),
+        token: parsed.token,
+        pttl_ms: keys.pttl(lock),
+        label: parsed.label.unwrap_or("").to_owned(),
+        waited_on: parsed.state.is_waited_on(),
+        shared: None,
+    }))
+}
