@@ -72,6 +72,9 @@ pub mod raw {
         }
     }
 
+    #[cfg(feature = "__test-hooks")]
+    pub use crate::engines::in_process::twin::{lua_source, HolderReply, Twin};
+
     /// A fresh random owner token.
     pub fn new_owner() -> String {
         Owner::random().as_str().to_owned()

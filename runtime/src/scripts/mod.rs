@@ -66,6 +66,22 @@ macro_rules! lua_script {
     };
 }
 
+/// The source of the script named `name` (`acquire`, `release`, …) as the server runs it, for
+/// the differential test (`tests/protocol.rs`).
+#[cfg(feature = "__test-hooks")]
+pub(crate) fn source(name: &str) -> &'static str {
+    match name {
+        "acquire" => ACQUIRE.source,
+        "release" => RELEASE.source,
+        "renew" => RENEW.source,
+        "inspect" => INSPECT.source,
+        "unlock" => UNLOCK.source,
+        "shared_acquire" => SHARED_ACQUIRE.source,
+        "shared_release" => SHARED_RELEASE.source,
+        other => panic!("no script named {other}"),
+    }
+}
+
 // The two scripts that keep the queue of waiting processes start with its functions.
 lua_script!(ACQUIRE, "queue.lua", "acquire.lua");
 lua_script!(RELEASE, "queue.lua", "release.lua");

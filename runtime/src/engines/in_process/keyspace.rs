@@ -32,6 +32,9 @@ const SWEEP_EVERY: usize = 1024;
 pub(crate) struct Keyspace {
     items: HashMap<String, Item>,
     commands_since_sweep: usize,
+    /// The server clock when set (the differential test sets it to the Redis server's).
+    #[cfg(feature = "__test-hooks")]
+    clock_us: Option<u64>,
 }
 
 /// The TTL a `SET` leaves: a new one, or the one the key had (`KEEPTTL`).
@@ -44,9 +47,30 @@ pub(crate) enum Ttl {
 impl Keyspace {
     /// The server clock in µs since the epoch (`TIME`).
     pub(crate) fn time_us(&self) -> u64 {
+        #[cfg(feature = "__test-hooks")]
+        if let Some(now) = self.clock_us {
+            return now;
+        }
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_micros() as u64)
+    }
+
+    /// Sets the server clock (`TIME`) to `now_us` from now on.
+    #[cfg(feature = "__test-hooks")]
+    pub(crate) fn set_clock(&mut self, now_us: u64) {
+        self.clock_us = Some(now_us);
+    }
+
+    /// `ZRANGE key 0 -1 WITHSCORES`.
+    #[cfg(feature = "__test-hooks")]
+    pub(crate) fn zrange_all(&mut self, key: &str) -> Vec<(String, i64)> {
+        self.zset(key).map_or(Vec::new(), |set| {
+            set.order
+                .iter()
+                .map(|(score, member)| (member.clone(), *score))
+                .collect()
+        })
     }
 
     /// The live item at `key`, an expired one removed first.

@@ -13,6 +13,8 @@
 
 mod keyspace;
 pub(crate) mod scripts;
+#[cfg(feature = "__test-hooks")]
+pub(crate) mod twin;
 
 pub(crate) use keyspace::Keyspace;
 

@@ -1,0 +1,214 @@
+//! The in-process scripts as the differential test drives them (`tests/protocol.rs`): each call
+//! takes the arguments its `.lua` twin takes and answers what the Lua script answers, as raw
+//! integers, so that the two can be compared step by step. Compiled with `__test-hooks` only.
+
+use super::keyspace::{Keyspace, Ttl};
+use super::scripts::{
+    self, AcquireCall, Asking, Holding, Published, ReleaseCall, RenewCall, Settings, Sharing,
+};
+use crate::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+
+/// The Lua sources, by script name (`acquire`, `release`, `renew`, `shared_acquire`,
+/// `shared_release`, `inspect`, `unlock`), as the server runs them.
+pub fn lua_source(script: &str) -> &'static str {
+    crate::scripts::source(script)
+}
+
+/// A keyspace in memory and the scripts' Rust twins on it.
+pub struct Twin {
+    keys: Keyspace,
+    settings: Settings,
+    published: Published,
+}
+
+/// A holder as `inspect.lua` and `unlock.lua` answer it: owner ("" shared), token, PTTL in ms,
+/// label, waited on, and for a shared key how many hold it.
+pub type HolderReply = (String, u64, i64, String, bool, Option<u64>);
+
+impl Twin {
+    /// A twin whose scripts run with these settings (the arguments every call shares).
+    pub fn new(
+        label: &str,
+        grant_ms: u64,
+        marker_ttl_ms: u64,
+        window_ms: u64,
+        hands_over: bool,
+    ) -> Twin {
+        Twin {
+            keys: Keyspace::default(),
+            settings: Settings {
+                label: label.to_owned(),
+                grant_ms,
+                marker_ttl_ms,
+                window_ms,
+                hands_over,
+            },
+            published: Published::new(),
+        }
+    }
+
+    /// The server clock from now on, in µs since the epoch (the real clock when not set).
+    pub fn set_clock(&mut self, now_us: u64) {
+        self.keys.set_clock(now_us);
+    }
+
+    /// `acquire.lua` for one key: its two integers.
+    pub fn acquire(
+        &mut self,
+        lock: &str,
+        owner: &str,
+        ttl_ms: u64,
+        asker: u8,
+        ticket: Option<u64>,
+    ) -> [i64; 2] {
+        let call = AcquireCall {
+            lock: lock.to_owned(),
+            owner: owner.to_owned(),
+            ttl_ms,
+            asking: Asking {
+                code: asker,
+                ticket,
+            },
+        };
+        match scripts::acquire(&mut self.keys, &self.settings, &[call])[0] {
+            Acquire::Granted { token } => [1, token as i64],
+            Acquire::Busy { pttl } => [0, millis(pttl)],
+            Acquire::Queued { pttl, anew } => [if anew { 7 } else { 4 }, millis(pttl)],
+            Acquire::Reserved { left } => [3, millis(left)],
+            Acquire::ForeignValue => [-2, 0],
+            Acquire::OtherKind => [-3, 0],
+        }
+    }
+
+    /// `release.lua` for one key: its answer (a pair only for a transfer: `[5, token]`).
+    pub fn release(
+        &mut self,
+        lock: &str,
+        owner: &str,
+        successor: Option<(&str, u64, Option<u64>, bool)>,
+        keeps_place: bool,
+    ) -> Vec<i64> {
+        let call = ReleaseCall {
+            lock: lock.to_owned(),
+            owner: owner.to_owned(),
+            successor: successor
+                .map(|(token, ttl, grant, ahead)| (token.to_owned(), ttl, grant, ahead)),
+            keeps_place,
+        };
+        let answer =
+            scripts::release(&mut self.keys, &self.settings, &[call], &mut self.published)[0];
+        match answer {
+            Release::Released => vec![1],
+            Release::ReleasedUnannounced => vec![2],
+            Release::HandedOver => vec![3],
+            Release::HandedOverSuccessorQueued => vec![6],
+            Release::Expired => vec![0],
+            Release::TakenOver => vec![-1],
+            Release::Transferred { token } => vec![5, token as i64],
+        }
+    }
+
+    /// `renew.lua` for one lease (`shared`: `owner` is the holder's member).
+    pub fn renew(&mut self, lock: &str, owner: &str, shared: bool, ttl_ms: u64) -> i64 {
+        let call = RenewCall {
+            lock: lock.to_owned(),
+            owner: owner.to_owned(),
+            shared,
+            ttl_ms,
+        };
+        match scripts::renew(&mut self.keys, &[call])[0] {
+            Renew::Renewed => 1,
+            Renew::Gone => 0,
+            Renew::TakenOver => -1,
+        }
+    }
+
+    /// `shared_acquire.lua`: `permits` 0 for a reader.
+    pub fn shared_acquire(
+        &mut self,
+        lock: &str,
+        permits: u32,
+        member: &str,
+        ttl_ms: u64,
+        asker: u8,
+    ) -> [i64; 2] {
+        let sharing = match permits {
+            0 => Sharing::Reader,
+            n => Sharing::Permit(n),
+        };
+        match scripts::shared_acquire(&mut self.keys, lock, sharing, member, ttl_ms, asker) {
+            SharedAcquire::Granted { token } => [1, token as i64],
+            SharedAcquire::Busy { ms } => [0, millis(ms)],
+            SharedAcquire::Reserved { ms } => [3, millis(ms)],
+            SharedAcquire::ForeignValue => [-2, 0],
+            SharedAcquire::OtherKind => [-3, 0],
+        }
+    }
+
+    /// `shared_release.lua`.
+    pub fn shared_release(&mut self, lock: &str, member: &str) -> i64 {
+        let answer = scripts::shared_release(
+            &mut self.keys,
+            &self.settings,
+            lock,
+            member,
+            &mut self.published,
+        );
+        match answer {
+            SharedRelease::Released => 1,
+            SharedRelease::ReleasedUnannounced => 2,
+            SharedRelease::Expired => 0,
+        }
+    }
+
+    /// `inspect.lua`: the holder, `None` when free; `Err` for a value distlock did not write.
+    pub fn inspect(&mut self, lock: &str) -> Result<Option<HolderReply>, String> {
+        scripts::inspect(&mut self.keys, lock).map(|found| found.map(reply))
+    }
+
+    /// `unlock.lua`.
+    pub fn unlock(&mut self, lock: &str) -> Result<Option<HolderReply>, String> {
+        scripts::unlock(&mut self.keys, &self.settings, lock, &mut self.published)
+            .map(|found| found.map(reply))
+    }
+
+    /// `GET key`.
+    pub fn get(&mut self, key: &str) -> Option<String> {
+        self.keys.get(key)
+    }
+
+    /// `SET key value` (no TTL): a value distlock did not write.
+    pub fn set(&mut self, key: &str, value: &str) {
+        self.keys.set(key, value.to_owned(), Ttl::Px(60_000));
+    }
+
+    /// `PEXPIRE key 0`: the key gone now, as if its TTL ran out.
+    pub fn expire(&mut self, key: &str) {
+        self.keys.pexpire(key, 0);
+    }
+
+    /// `ZRANGE key 0 -1 WITHSCORES`.
+    pub fn zrange(&mut self, key: &str) -> Vec<(String, i64)> {
+        self.keys.zrange_all(key)
+    }
+
+    /// The messages published so far, taken: (channel, message).
+    pub fn take_published(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.published)
+    }
+}
+
+fn millis(ms: Option<std::time::Duration>) -> i64 {
+    ms.map_or(-1, |ms| ms.as_millis() as i64)
+}
+
+fn reply(holding: Holding) -> HolderReply {
+    (
+        holding.owner,
+        holding.token,
+        holding.pttl_ms,
+        holding.label,
+        holding.waited_on,
+        holding.shared,
+    )
+}
