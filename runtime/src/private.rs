@@ -53,8 +53,10 @@ where
 /// Generated code calls this so that a missing `From<LockError>` is reported at the error type.
 pub fn assert_from_lock_error<E: From<LockError>>() {}
 
-/// Raw store operations with caller-chosen owner tokens, for the conformance suite's ownership
-/// tests. Never use them in application code.
+/// Raw store operations with caller-chosen owner tokens, and the knobs and counters distlock's
+/// own test suite reads. Compiled only with the internal feature `__test-hooks`: no build of an
+/// application has an API that takes a caller-chosen owner token.
+#[cfg(feature = "__test-hooks")]
 pub mod raw {
     use crate::backend::Backend;
     use crate::engine::{Acquired, Asker, Ownership, Renewal};
@@ -72,7 +74,6 @@ pub mod raw {
         }
     }
 
-    #[cfg(feature = "__test-hooks")]
     pub use crate::engines::in_process::twin::{lua_source, HolderReply, Twin};
 
     /// A fresh random owner token.
@@ -125,7 +126,6 @@ pub mod raw {
     /// # Cancel safety
     /// As [`acquire`]: the caller, who chose the token, releases with it (which also takes it
     /// out of the queue), or its place lapses after the grant time.
-    #[cfg(feature = "__test-hooks")]
     pub async fn wait_with(
         backend: &Backend,
         key: &str,
@@ -243,7 +243,6 @@ pub mod raw {
 
     /// Test hook: pause this long before acting on an acquire's reply — the window in which a
     /// handover's message overtakes the reply that queued the caller.
-    #[cfg(feature = "__test-hooks")]
     pub fn set_acquire_reply_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| {
             hooks.acquire_reply_delay = delay;
@@ -252,7 +251,6 @@ pub mod raw {
 
     /// Test hook: pause this long before acting on a local transfer's reply — the window in
     /// which the releasing call can be cancelled, or its successor leave, after the transfer ran.
-    #[cfg(feature = "__test-hooks")]
     pub fn set_transfer_reply_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| {
             hooks.transfer_reply_delay = delay;
@@ -261,7 +259,6 @@ pub mod raw {
 
     /// Test hook: treat the reply to each local transfer's first request as lost (the transfer
     /// ran), so that the release asks again.
-    #[cfg(feature = "__test-hooks")]
     pub fn lose_first_transfer_replies(backend: &Backend) {
         crate::hooks::set(&backend.inner.hooks, |hooks| {
             hooks.lose_first_transfer_reply = true;
@@ -270,14 +267,12 @@ pub mod raw {
 
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
-    #[cfg(feature = "__test-hooks")]
     pub fn set_subscribe_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.subscribe_delay = delay);
     }
 
     /// Test hook: pause this long between the server's SUBSCRIBE reply and the local
     /// confirmation — the window in which the notification connection can die unseen.
-    #[cfg(feature = "__test-hooks")]
     pub fn set_confirm_delay(backend: &Backend, delay: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.confirm_delay = delay);
     }
@@ -285,7 +280,6 @@ pub mod raw {
     /// Test hook: Sentinel `+switch-master` announcements are ignored, as if the sentinel
     /// connection had missed them; a demoted primary's `READONLY` reply is then what makes the
     /// backend ask the sentinels again.
-    #[cfg(feature = "__test-hooks")]
     pub fn ignore_switch_announcements(backend: &Backend) {
         crate::hooks::set(&backend.inner.hooks, |hooks| {
             hooks.ignore_switch_announcements = true
@@ -293,7 +287,6 @@ pub mod raw {
     }
 
     /// Test hook: how long the waiters a release notifies have the lock before anyone else.
-    #[cfg(feature = "__test-hooks")]
     pub fn set_handoff_window(backend: &Backend, window: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.handoff_window = window);
     }
@@ -305,20 +298,17 @@ pub mod raw {
     /// # Cancel safety
     /// Holds nothing between checks: dropped, it stops checking; a check dropped mid-way is the
     /// caller's to answer for.
-    #[cfg(feature = "__test-hooks")]
     pub async fn until_local(limit: Duration, check: impl AsyncFnMut() -> bool) -> bool {
         crate::hooks::local_changes::until(limit, check).await
     }
 
     /// Test hook: [`until_local`] for a thread outside any runtime (it blocks the thread).
-    #[cfg(feature = "__test-hooks")]
     pub fn wait_local(limit: Duration, check: impl FnMut() -> bool) -> bool {
         crate::hooks::local_changes::wait(limit, check)
     }
 
     /// Test hook: make every backoff sleep at least `floor`, so a waiter that misses a release
     /// notification visibly waits (bounded by the holder's TTL and the wait budget).
-    #[cfg(feature = "__test-hooks")]
     pub fn set_backoff_floor(backend: &Backend, floor: Duration) {
         crate::hooks::set(&backend.inner.hooks, |hooks| hooks.backoff_floor = floor);
     }

@@ -192,6 +192,7 @@ impl Channels {
     }
 
     /// Channels with at least one local waiter.
+    #[cfg(feature = "__test-hooks")]
     pub(crate) fn watched(&self) -> usize {
         self.lock().entries.len()
     }

@@ -265,6 +265,7 @@ impl Engine for InProcessEngine {
         Box::pin(future::ready(Ok(watch)))
     }
 
+    #[cfg(feature = "__test-hooks")]
     fn watched_channels(&self) -> usize {
         self.channels.watched()
     }

@@ -81,6 +81,7 @@ impl<B: Batched> GroupCommit<B> {
     }
 
     /// Items that queued for a batch instead of going out on their own, since the start.
+    #[cfg(feature = "__test-hooks")]
     pub(crate) fn queued(&self) -> u64 {
         self.queued.load(Ordering::Relaxed)
     }

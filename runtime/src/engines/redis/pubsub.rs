@@ -160,6 +160,7 @@ impl Subscriber {
     }
 
     /// Channels with at least one local waiter.
+    #[cfg(feature = "__test-hooks")]
     pub(crate) fn watched(&self) -> usize {
         self.channels.watched()
     }

@@ -98,6 +98,7 @@ impl ShardedSubscriber {
     }
 
     /// Channels with at least one local waiter.
+    #[cfg(feature = "__test-hooks")]
     pub(crate) fn watched(&self) -> usize {
         self.channels.watched()
     }

@@ -872,6 +872,7 @@ impl Engine for RedlockEngine {
         })
     }
 
+    #[cfg(feature = "__test-hooks")]
     fn watched_channels(&self) -> usize {
         self.channels.watched()
     }
