@@ -12,8 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A workload's numbers for one library, or why it has none.
-pub(crate) type Outcome = Result<Map<String, Value>, String>;
+pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
 pub(crate) const SECTIONS: [&str; 11] = [

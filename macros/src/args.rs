@@ -7,7 +7,7 @@ use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
 use syn::{Error, Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, Token, UnOp};
 
-use crate::model::Errors;
+use crate::errors::Errors;
 
 /// Every argument, in the order the docs and the "expected one of" list present them.
 const NAMES: &str =

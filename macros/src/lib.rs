@@ -10,6 +10,7 @@
 
 mod args;
 mod duration;
+mod errors;
 mod expand;
 mod model;
 mod template;
@@ -150,7 +151,7 @@ fn lock(
     args: proc_macro2::TokenStream,
     item: proc_macro2::TokenStream,
 ) -> proc_macro2::TokenStream {
-    let mut errors = model::Errors::default();
+    let mut errors = errors::Errors::new();
     let args = args::Args::parse(args, &mut errors);
     let lock = match syn::parse2::<model::LockedFn>(item.clone()) {
         Ok(function) => model::validate(args, &function, &mut errors).map(|lock| (lock, function)),
@@ -159,13 +160,14 @@ fn lock(
             None
         }
     };
-    match (errors.finish(), lock) {
-        (Ok(()), Some((lock, function))) => expand::expand(&lock, function),
-        (Err(error), _) => {
+    match errors.check(lock) {
+        Ok((lock, function)) => expand::expand(&lock, function),
+        Err(error) => {
+            // The function stays as written, so the rest of the crate (and the IDE) still
+            // type-check against it.
             let mut unchanged = item;
             unchanged.extend(error.into_compile_error());
             unchanged
         }
-        (Ok(()), None) => unreachable!("validation failed without recording an error"),
     }
 }

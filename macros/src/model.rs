@@ -1,7 +1,7 @@
 //! The validated [`Lock`] the expansion works from, and the checks that build it.
 //!
 //! Validation reads the recorded [`Args`] and the annotated [`LockedFn`]; every problem goes to one
-//! [`Errors`] sink so a user with three mistakes sees three errors in one build.
+//! [`Errors`](crate::errors::Errors) sink so a user with three mistakes sees three errors in one build.
 
 use std::time::Duration;
 
@@ -15,24 +15,8 @@ use syn::{
 
 use crate::args::{Arg, Args, Integer};
 use crate::duration::{self, Lease, Wait};
+use crate::errors::Errors;
 use crate::template::{Params, Template};
-
-/// Collects errors; each phase pushes and keeps going.
-#[derive(Default)]
-pub(crate) struct Errors(Option<Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, error: Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    pub(crate) fn finish(self) -> Result<(), Error> {
-        self.0.map_or(Ok(()), Err)
-    }
-}
 
 /// `on_lost`: what the call does once its lease is lost (see the attribute's docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,13 +427,12 @@ mod tests {
 
     /// The kind `args` describe, or every error message they produce.
     fn kind(args: proc_macro2::TokenStream) -> Result<LockKind, Vec<String>> {
-        let mut errors = Errors::default();
+        let mut errors = Errors::new();
         let args = Args::parse(args, &mut errors);
         let kind = check_kind(&args, &mut errors);
-        match errors.finish() {
-            Ok(()) => Ok(kind.expect("no error, so a kind")),
-            Err(error) => Err(error.into_iter().map(|error| error.to_string()).collect()),
-        }
+        errors
+            .check(kind)
+            .map_err(|error| error.into_iter().map(|error| error.to_string()).collect())
     }
 
     #[test]

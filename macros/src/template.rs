@@ -14,7 +14,7 @@ use std::ops::Range;
 use proc_macro2::Span;
 use syn::{Error, FnArg, Ident, LitStr, Member, Pat, Signature};
 
-use crate::model::Errors;
+use crate::errors::Errors;
 
 /// One piece of a template's text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -564,13 +564,10 @@ mod tests {
 
     fn check(item: &str, template: &str) -> Result<Template, String> {
         let params = Params::of(&signature(item));
-        let mut errors = Errors::default();
+        let mut errors = Errors::new();
         let literal = LitStr::new(template, Span::call_site());
         let checked = Template::check(&literal, &params, &mut errors);
-        errors
-            .finish()
-            .map(|()| checked.unwrap())
-            .map_err(|error| error.to_string())
+        errors.check(checked).map_err(|error| error.to_string())
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The runtime's modules import each other without cycles: an import graph of the crate's own
+//! The modules of the runtime, the macros and the benchmark import each other without cycles: an import graph of the crate's own
 //! source files (one node per file), built from every `use` and every inline `crate::…`,
 //! `super::…` and `self::…` path, with re-exports followed to the file that defines the item.
 //!
@@ -39,7 +39,10 @@ fn module_of(src: &Path, file: &Path) -> ModPath {
         .iter()
         .map(|part| part.to_string_lossy().into_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -331,13 +334,30 @@ fn components(edges: &[BTreeSet<usize>]) -> Vec<Vec<usize>> {
 
 #[test]
 fn the_runtime_has_no_module_cycles() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    assert_no_cycles("runtime", "lib.rs");
+}
+
+#[test]
+fn the_macros_have_no_module_cycles() {
+    assert_no_cycles("macros", "lib.rs");
+}
+
+#[test]
+fn the_benchmark_has_no_module_cycles() {
+    assert_no_cycles("bench", "main.rs");
+}
+
+/// Asserts that the crate in the workspace folder `krate`, whose root file is `root`, has no
+/// module cycles.
+fn assert_no_cycles(krate: &str, root: &str) {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let src = workspace.join(krate).join("src");
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
     // `#[path = "x.rs"] mod y;` in the crate root.
     let mut path_attrs = HashMap::new();
-    let root = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let root = std::fs::read_to_string(src.join(root)).unwrap();
     let root_lines: Vec<&str> = root.lines().collect();
     for (i, line) in root_lines.iter().enumerate() {
         if let Some(rest) = line.trim().strip_prefix("#[path = \"") {
@@ -364,6 +384,7 @@ fn the_runtime_has_no_module_cycles() {
         .enumerate()
         .map(|(i, source)| (source.module.clone(), i))
         .collect();
+    let krate_name = krate;
     let krate = Crate { sources, by_module };
     let mut edges = vec![BTreeSet::new(); krate.sources.len()];
     let mut why: BTreeMap<(usize, usize), String> = BTreeMap::new();
@@ -413,7 +434,7 @@ fn the_runtime_has_no_module_cycles() {
         }
     }
     eprintln!(
-        "MODULES {} files, {edge_count} import edges, {} cycles",
+        "MODULES {krate_name}: {} files, {edge_count} import edges, {} cycles",
         krate.sources.len(),
         cycles.len()
     );

@@ -6,3 +6,6 @@ pub(crate) mod held;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod uncontended;
+
+/// A workload's numbers for one library, or why it has none.
+pub(crate) type Outcome = Result<serde_json::Map<String, serde_json::Value>, String>;

@@ -6,10 +6,10 @@
 //! client: with the masters and the client sharing the machine's cores, CPU per cycle is what
 //! bounds the rate.
 
+use super::Outcome;
 use crate::clients::{Client, LibId};
 use crate::measure::process_cpu;
 use crate::measure::{quantile, us};
-use crate::run::Outcome;
 use crate::server_stats::{is_script_call, Delta, Window};
 use crate::workloads::contended::{analyze, contend};
 use distlock_test_support::RedisServer;

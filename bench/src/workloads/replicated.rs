@@ -17,7 +17,7 @@ pub(crate) async fn run(
     primary_url: &str,
     duration: Duration,
     rep: usize,
-) -> Vec<(&'static str, Vec<(LibId, crate::run::Outcome)>)> {
+) -> Vec<(&'static str, Vec<(LibId, super::Outcome)>)> {
     let mut rows = Vec::new();
     for &lib in libs {
         if lib == LibId::DistlockFixed {
@@ -39,7 +39,7 @@ pub(crate) async fn run(
 
 /// distlock acknowledged, with the unacknowledged cycle's numbers beside (`unacked_*`) and the
 /// difference in median latency (`wait_cost_p50_us`).
-async fn distlock_rows(url: &str, duration: Duration, tag: &str) -> crate::run::Outcome {
+async fn distlock_rows(url: &str, duration: Duration, tag: &str) -> super::Outcome {
     let acked = Backend::builder(url)
         .prefix("bench")
         .min_replicas(1)
