@@ -92,7 +92,7 @@ async fn main() -> Result<(), AppError> {
         );
     }
     let short_ttl = Backend::builder(url)
-        .watchdog_timeout(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_millis(300))
         .build()?;
     Registry::global().register("short-ttl", short_ttl)?;
 

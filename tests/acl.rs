@@ -35,7 +35,7 @@ async fn a_least_privilege_user_can_do_every_operation() {
     let build = || {
         Backend::builder(&url)
             .prefix(PREFIX)
-            .watchdog_timeout(ttl)
+            .watchdog_lease(ttl)
             .build()
             .unwrap()
     };

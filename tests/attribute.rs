@@ -40,7 +40,7 @@ fn serve(name: &'static str) -> SingleRedis {
 
 /// Starts a server and registers a backend for it under `name`, with watchdog leases of `ttl`.
 fn serve_with_ttl(name: &'static str, ttl: Duration) -> SingleRedis {
-    let fx = SingleRedis::start(|b| b.watchdog_timeout(ttl));
+    let fx = SingleRedis::start(|b| b.watchdog_lease(ttl));
     Registry::global()
         .register(name, fx.backend().clone())
         .unwrap();

@@ -566,7 +566,7 @@ fn a_lease_whose_renewal_died_with_its_runtime_is_renewed_by_the_next_watchdog()
         .build()
         .unwrap();
     let (proxy, backend, guard) = first.block_on(async {
-        let (proxy, backend) = common::through_proxy(&server, |b| b.watchdog_timeout(ttl)).await;
+        let (proxy, backend) = common::through_proxy(&server, |b| b.watchdog_lease(ttl)).await;
         let guard = Lock::new("kept").on(&backend).acquire().await.unwrap();
         (proxy, backend, guard)
     });

@@ -19,7 +19,7 @@ const LEASES: usize = 500;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewal_is_one_round_trip_per_master_per_period() {
     let ttl = Duration::from_millis(900);
-    let fx = Cluster::start(|b| b.watchdog_timeout(ttl).renew_batch(LEASES));
+    let fx = Cluster::start(|b| b.watchdog_lease(ttl).renew_batch(LEASES));
     // Ten leases per slot: keys picked so that their lock keys' slots collide.
     let keys = keys_sharing_slots(LEASES / 10, 10);
     let slots: BTreeSet<u16> = keys
@@ -185,7 +185,7 @@ enum Coverage {
 
 async fn killed_master(coverage: Coverage) {
     let ttl = Duration::from_secs(2);
-    let configure = |b: distlock::BackendBuilder| b.watchdog_timeout(ttl);
+    let configure = |b: distlock::BackendBuilder| b.watchdog_lease(ttl);
     let fx = match coverage {
         Coverage::Full => Cluster::start(configure),
         Coverage::Partial => {
@@ -351,7 +351,7 @@ async fn killed_master(coverage: Coverage) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
     let ttl = Duration::from_millis(900);
-    let fx = Cluster::start(|b| b.watchdog_timeout(ttl));
+    let fx = Cluster::start(|b| b.watchdog_lease(ttl));
     let moving = "moving:0".to_owned();
     let source = fx.owner_of(&moving).port();
     // Another lease on the same master, in a slot that stays: the pipeline to that master
@@ -438,7 +438,7 @@ async fn a_least_privilege_cluster_user_can_do_every_operation() {
     let build = || {
         distlock::Backend::builder(&url)
             .prefix(PREFIX)
-            .watchdog_timeout(ttl)
+            .watchdog_lease(ttl)
             .build()
             .unwrap()
     };

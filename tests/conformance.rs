@@ -78,7 +78,7 @@ conformance!(
     acquire_is_idempotent_for_the_same_owner,
     fencing_tokens_increase_over_10k_grants_and_counter_loss,
     watchdog_keeps_a_long_call_locked,
-    a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease,
+    a_renewal_that_finds_the_key_gone_or_taken_over_loses_the_lease,
     renewal_stops_when_the_call_returns_panics_or_is_cancelled,
     a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone,
     renewals_are_batched,
@@ -118,7 +118,7 @@ async fn acquire_then_release_frees_the_key<F: Fixture>() {
     let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
     let holder = fx.backend().inspect(&key).await.unwrap().expect("held");
     assert_eq!(holder.fencing_token, guard.fencing_token());
-    assert!(holder.ttl <= fx.backend().watchdog_timeout());
+    assert!(holder.ttl <= fx.backend().watchdog_lease());
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     assert_eq!(fx.backend().inspect(&key).await.unwrap(), None);
     assert_eq!(fx.pttl(&key).await, None);
@@ -196,7 +196,7 @@ async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
         .expect("free once the lease expired on the server");
     assert!(next.fencing_token() > guard.fencing_token());
     assert_eq!(guard.release().await.unwrap(), Released::TakenOver);
-    assert_eq!(fx.backend().stats().release_found_foreign, 1);
+    assert_eq!(fx.backend().stats().release_taken_over, 1);
 }
 
 async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {
@@ -304,7 +304,7 @@ async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() 
 
 async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
     let ttl = Duration::from_millis(300);
-    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let fx = F::start(|b| b.watchdog_lease(ttl));
     let prober = fx.contender();
     let key = unique_key("watchdog");
     let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
@@ -341,16 +341,19 @@ async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
     guard.release().await.unwrap();
 }
 
-async fn a_renewal_that_finds_the_key_gone_or_stolen_loses_the_lease<F: Fixture>() {
+async fn a_renewal_that_finds_the_key_gone_or_taken_over_loses_the_lease<F: Fixture>() {
     let ttl = Duration::from_millis(300);
-    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let fx = F::start(|b| b.watchdog_lease(ttl));
     let backend = fx.backend();
-    for (key, reason) in [("gone", LostReason::Gone), ("stolen", LostReason::Stolen)] {
+    for (key, reason) in [
+        ("gone", LostReason::Gone),
+        ("taken-over", LostReason::TakenOver),
+    ] {
         let guard = Lock::new(key).on(backend).acquire().await.unwrap();
         // Someone with the owner token (an operator, a bug) deletes the lock on the server.
         let holder = backend.inspect(key).await.unwrap().expect("held");
         assert_eq!(raw::release(backend, key, &holder.owner).await.unwrap(), 1);
-        if reason == LostReason::Stolen {
+        if reason == LostReason::TakenOver {
             raw::acquire(backend, key, &raw::new_owner(), Duration::from_secs(30))
                 .await
                 .unwrap()
@@ -420,7 +423,7 @@ async fn spawn_locked(
 
 async fn renewal_stops_when_the_call_returns_panics_or_is_cancelled<F: Fixture>() {
     let ttl = Duration::from_millis(300);
-    let fx = Arc::new(F::start(|b| b.watchdog_timeout(ttl)));
+    let fx = Arc::new(F::start(|b| b.watchdog_lease(ttl)));
 
     let key = unique_key("returns");
     Lock::new(&key)
@@ -449,7 +452,7 @@ async fn renewal_stops_when_the_call_returns_panics_or_is_cancelled<F: Fixture>(
 
 async fn a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone<F: Fixture>() {
     let ttl = Duration::from_millis(200);
-    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let fx = F::start(|b| b.watchdog_lease(ttl));
     let key = unique_key("stalled");
     let backend = fx.backend().clone();
     // A process that stops (SIGSTOP, a long GC pause) stops its watchdog too. A current-thread
@@ -475,7 +478,7 @@ async fn a_stalled_holder_learns_at_its_checkpoint_that_the_lease_is_gone<F: Fix
 
 async fn renewals_are_batched<F: Fixture>() {
     let ttl = Duration::from_millis(600);
-    let fx = F::start(|b| b.watchdog_timeout(ttl).renew_batch(100));
+    let fx = F::start(|b| b.watchdog_lease(ttl).renew_batch(100));
     let mut guards = Vec::new();
     for i in 0..1_000 {
         guards.push(
@@ -627,7 +630,7 @@ async fn abort_drops_the_body_when_the_lease_is_lost<F: Fixture>() {
 
 async fn max_hold_stops_renewal<F: Fixture>() {
     let ttl = Duration::from_millis(200);
-    let fx = F::start(|b| b.watchdog_timeout(ttl));
+    let fx = F::start(|b| b.watchdog_lease(ttl));
     let key = unique_key("max-hold");
     let guard = Lock::new(&key)
         .on(fx.backend())
@@ -750,7 +753,7 @@ async fn list_finds_the_held_locks_matching_a_pattern<F: Fixture>() {
 /// An operator breaks a stuck lock: it is free at once, the next token is larger than the
 /// removed holder's, and the removed holder learns at its next renewal that its lease is gone.
 async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
-    let fx = F::start(|b| b.watchdog_timeout(Duration::from_millis(600)));
+    let fx = F::start(|b| b.watchdog_lease(Duration::from_millis(600)));
     let other = fx.contender();
     let key = unique_key("unlock");
     let stuck = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
@@ -770,7 +773,7 @@ async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
         matches!(
             lost,
             LockError::Lost {
-                reason: LostReason::Stolen | LostReason::Gone,
+                reason: LostReason::TakenOver | LostReason::Gone,
                 ..
             }
         ),
@@ -788,7 +791,7 @@ async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
 /// sooner does wake it, every test of short leases shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_taken_one_after_another_do_not_wake_the_watchdog() {
-    let fx = SingleRedis::start(|b| b.watchdog_timeout(Duration::from_secs(30)));
+    let fx = SingleRedis::start(|b| b.watchdog_lease(Duration::from_secs(30)));
     let backend = fx.backend();
     // A short lease starts the watchdog task, which idles once it is gone.
     Lock::new("first")

@@ -13,6 +13,7 @@ fn default_backend_error() -> String {
 async fn the_default_backend_comes_from_the_environment() {
     for var in [
         distlock::ENV_URL,
+        distlock::ENV_WATCHDOG_LEASE,
         distlock::ENV_WATCHDOG_TIMEOUT,
         distlock::ENV_PREFIX,
         distlock::ENV_MIN_REPLICAS,
@@ -47,6 +48,14 @@ async fn the_default_backend_comes_from_the_environment() {
     assert!(default_backend_error()
         .contains("DISTLOCK_WATCHDOG_TIMEOUT is `a while`, which is not a duration"));
 
+    // DISTLOCK_WATCHDOG_LEASE is the name; DISTLOCK_WATCHDOG_TIMEOUT, its older one, still works.
+    std::env::set_var("DISTLOCK_WATCHDOG_LEASE", "50ms");
+    assert!(default_backend_error()
+        .contains("DISTLOCK_WATCHDOG_LEASE is `50ms` and DISTLOCK_WATCHDOG_TIMEOUT (its older name) is `a while`; set one of them"));
+    std::env::remove_var("DISTLOCK_WATCHDOG_TIMEOUT");
+    assert!(default_backend_error()
+        .contains("DISTLOCK_WATCHDOG_LEASE is `50ms`; it must be at least 100ms"));
+    std::env::set_var("DISTLOCK_WATCHDOG_LEASE", "1s");
     std::env::set_var("DISTLOCK_WATCHDOG_TIMEOUT", "1s");
     std::env::set_var("DISTLOCK_PREFIX", "bad{prefix}");
     assert!(default_backend_error().contains("DISTLOCK_PREFIX is `bad{prefix}`"));
@@ -97,10 +106,7 @@ async fn the_default_backend_comes_from_the_environment() {
     let server = group.primary();
     let backend = Registry::global().get("default").unwrap();
     assert_eq!((backend.name(), backend.prefix()), ("default", "from-env"));
-    assert_eq!(
-        backend.watchdog_timeout(),
-        std::time::Duration::from_secs(1)
-    );
+    assert_eq!(backend.watchdog_lease(), std::time::Duration::from_secs(1));
     let guard = Lock::new("order:1").acquire().await.unwrap();
     let ttl = server
         .command(&["PTTL", "from-env:{order:1}"])

@@ -344,7 +344,7 @@ async fn wait_in_queue() {
     let url: String = env("LOCK_URL");
     let backend = Backend::builder(url)
         .prefix("fair")
-        .watchdog_timeout(Duration::from_secs(2))
+        .watchdog_lease(Duration::from_secs(2))
         .build()
         .unwrap();
     let guard = Lock::new("q")

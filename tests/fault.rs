@@ -29,7 +29,7 @@ async fn a_lost_acquire_reply_is_retried_into_the_same_grant() {
         .expect("the retry succeeds");
     assert_eq!(proxy.dropped().await, 1, "the first reply was lost");
     assert!(
-        started.elapsed() < backend.watchdog_timeout() / 2,
+        started.elapsed() < backend.watchdog_lease() / 2,
         "no wait for our own lock"
     );
     assert_eq!(backend.stats().busy, 0, "never saw itself as busy");
@@ -234,7 +234,7 @@ async fn a_partition_longer_than_the_lease_loses_it() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(400);
     let (proxy, backend) = through_proxy(&server, |b| {
-        b.watchdog_timeout(ttl)
+        b.watchdog_lease(ttl)
             .response_timeout(Duration::from_millis(100))
     })
     .await;
@@ -293,8 +293,8 @@ async fn an_unregistered_backend_is_not_configured() {
 async fn invalid_builder_settings_are_rejected() {
     for (builder, needle) in [
         (
-            Backend::in_process_builder().watchdog_timeout(Duration::ZERO),
-            "watchdog_timeout is 0s",
+            Backend::in_process_builder().watchdog_lease(Duration::ZERO),
+            "watchdog_lease is 0s",
         ),
         (Backend::in_process_builder().prefix(""), "prefix is empty"),
         (

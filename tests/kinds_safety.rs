@@ -42,7 +42,7 @@ fn worker_entry() {
 fn backend(url: &str, watchdog: Duration) -> Backend {
     Backend::builder(url)
         .prefix("kinds")
-        .watchdog_timeout(watchdog)
+        .watchdog_lease(watchdog)
         .build()
         .unwrap()
 }

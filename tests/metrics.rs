@@ -269,7 +269,7 @@ fn a_known_workload_scrapes_to_exactly_its_counts() {
             .unwrap();
         let redis = Backend::builder(server.url())
             .prefix(PREFIX)
-            .watchdog_timeout(Duration::from_millis(900))
+            .watchdog_lease(Duration::from_millis(900))
             .build()
             .unwrap();
         Registry::global().register(REDIS, redis.clone()).unwrap();

@@ -99,7 +99,7 @@ async fn chaos_worker(masters: Vec<String>) {
     let resource = std::env::var("RESOURCE_URL").unwrap();
     let backend = Backend::redlock(masters)
         .prefix(PREFIX)
-        .watchdog_timeout(Duration::from_secs(2))
+        .watchdog_lease(Duration::from_secs(2))
         .master_timeout(MASTER_TIMEOUT)
         .build()
         .unwrap();
@@ -442,7 +442,7 @@ async fn a_lost_reply_from_one_master_does_not_cost_its_vote() {
     let proxy = FaultProxy::start(masters[0].addr()).await;
     let ttl = Duration::from_millis(600);
     let backend = warmed_redlock([proxy.url(), masters[1].url(), masters[2].url()], |b| {
-        b.watchdog_timeout(ttl)
+        b.watchdog_lease(ttl)
     })
     .await;
     // Every TTL change of the lock on the first master: the grant's `SET … PX`, then renewals.
@@ -474,7 +474,7 @@ async fn a_lease_survives_one_paused_master_and_is_lost_in_time_without_a_quorum
     let ttl = Duration::from_millis(600);
     let backend = Backend::redlock(urls(&masters))
         .prefix(PREFIX)
-        .watchdog_timeout(ttl)
+        .watchdog_lease(ttl)
         .master_timeout(MASTER_TIMEOUT)
         // A wide drift margin, so "lost before the servers let go" is not a race.
         .clock_drift_factor(0.1)
@@ -635,13 +635,13 @@ async fn redlock_configuration_errors_name_the_problem() {
         "redis://127.0.0.1:2",
         "redis://127.0.0.1:3",
     ])
-    .watchdog_timeout(Duration::from_millis(300))
+    .watchdog_lease(Duration::from_millis(300))
     .master_timeout(Duration::from_millis(100))
     .build()
     .unwrap_err()
     .to_string();
     assert!(
-        slow.contains("less than a third of watchdog_timeout"),
+        slow.contains("less than a third of watchdog_lease"),
         "{slow}"
     );
 }

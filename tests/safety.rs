@@ -33,7 +33,7 @@ fn worker_entry() {
 fn backend(url: &str, watchdog: Duration) -> Backend {
     Backend::builder(url)
         .prefix("safety")
-        .watchdog_timeout(watchdog)
+        .watchdog_lease(watchdog)
         .build()
         .unwrap()
 }
@@ -45,7 +45,7 @@ async fn contend(url: &str) {
     let local_batch = std::env::var("LOCAL_BATCH_MS").unwrap().parse().unwrap();
     let backend = Backend::builder(url)
         .prefix("safety")
-        .watchdog_timeout(Duration::from_secs(2))
+        .watchdog_lease(Duration::from_secs(2))
         .local_batch(Duration::from_millis(local_batch))
         .build()
         .unwrap();

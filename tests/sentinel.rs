@@ -41,7 +41,7 @@ fn worker_entry() {
 fn sentinel_backend(url: &str, watchdog: Duration) -> Backend {
     Backend::builder(url)
         .prefix(PREFIX)
-        .watchdog_timeout(watchdog)
+        .watchdog_lease(watchdog)
         .min_replicas(1)
         .replica_timeout(REPLICA_TIMEOUT)
         .build()
@@ -366,7 +366,7 @@ async fn unacknowledged_renewals_do_not_extend_the_lease() {
     let ttl = Duration::from_millis(900);
     let backend = Backend::builder(primary.url())
         .prefix(PREFIX)
-        .watchdog_timeout(ttl)
+        .watchdog_lease(ttl)
         .min_replicas(1)
         .replica_timeout(REPLICA_TIMEOUT)
         .build()
@@ -663,7 +663,7 @@ fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
     Backend::sentinel(["a:1"], "odd/name?x#1%").build().unwrap();
     Backend::builder("redis-sentinel://a,b:26380/primary?db=2")
         .min_replicas(2)
-        .watchdog_timeout(Duration::from_millis(300))
+        .watchdog_lease(Duration::from_millis(300))
         .build()
         .unwrap();
 }

@@ -40,7 +40,7 @@ async fn locks_work_over_tls_acquire_renew_release_and_notify() {
     let ttl = Duration::from_millis(300);
     let holder = builder(&url)
         .tls_ca_file(pki.ca())
-        .watchdog_timeout(ttl)
+        .watchdog_lease(ttl)
         .build()
         .unwrap();
     let waiter = builder(&url).tls_ca_file(pki.ca()).build().unwrap();

@@ -85,7 +85,7 @@ fn distlock_spans_never_parent_other_tasks_events() {
         let proxy = FaultProxy::start(server.addr()).await;
         let backend = Backend::builder(proxy.url())
             .prefix(PREFIX)
-            .watchdog_timeout(Duration::from_millis(600))
+            .watchdog_lease(Duration::from_millis(600))
             .build()
             .unwrap();
         let guard = Lock::new("parentage").on(&backend).acquire().await.unwrap();
@@ -164,7 +164,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
     let mut shown = Vec::<String>::new();
     let builder = Backend::builder(&url)
         .prefix(PREFIX)
-        .watchdog_timeout(Duration::from_millis(300));
+        .watchdog_lease(Duration::from_millis(300));
     shown.push(format!("{builder:?}"));
     let holder = builder.clone().build().unwrap();
     let waiter = builder.build().unwrap();
@@ -209,8 +209,8 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
     common::assert_expires_on_server(&server, &holder, "k2").await;
     assert_eq!(fixed.release().await.unwrap(), Released::Expired);
 
-    // A lease stolen on the server: the watchdog finds another owner.
-    let stolen = Lock::new("k3").on(&holder).acquire().await.unwrap();
+    // A lease taken over on the server: the watchdog finds another owner.
+    let taken_over = Lock::new("k3").on(&holder).acquire().await.unwrap();
     let victim = holder.inspect("k3").await.unwrap().unwrap().owner;
     secrets.0.push(victim.clone());
     assert_eq!(raw::release(&holder, "k3", &victim).await.unwrap(), 1);
@@ -220,11 +220,11 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
         .await
         .unwrap()
         .unwrap();
-    let lost = tokio::time::timeout(Duration::from_secs(5), stolen.lost())
+    let lost = tokio::time::timeout(Duration::from_secs(5), taken_over.lost())
         .await
         .expect("the watchdog notices within a period");
     shown.extend([format!("{lost:?}"), lost.to_string()]);
-    assert_eq!(stolen.release().await.unwrap(), Released::TakenOver);
+    assert_eq!(taken_over.release().await.unwrap(), Released::TakenOver);
     let busy = Lock::new("k3").on(&waiter).acquire().await.unwrap_err();
     shown.extend([format!("{busy:?}"), busy.to_string()]);
 

@@ -1,6 +1,6 @@
 //! Local transfers against real servers: a release whose lock nobody else waits for grants it,
 //! in the same script, to the task of the same process queued behind the holder — one script
-//! per local handoff instead of a release and an acquire, and the turn passes with the lock. A
+//! per local transfer instead of a release and an acquire, and the turn passes with the lock. A
 //! release that hands the lock to another process's waiter makes that task the next waiter
 //! after it, in the same script, and the turn passes with that place.
 //! Every way the transfer can be interrupted (the successor leaves, the releasing call is
@@ -382,7 +382,7 @@ async fn a_lost_reply_of_a_release_that_handed_the_lock_over_reports_it_released
     let stats = fx.backend().stats();
     assert_eq!(
         (
-            stats.release_found_foreign,
+            stats.release_taken_over,
             stats.release_found_expired,
             stats.handed_over
         ),
@@ -440,7 +440,7 @@ async fn a_release_cancelled_mid_transfer_leaves_the_successor_to_ask() {
     assert_eq!(
         (
             stats.transferred,
-            stats.release_found_foreign,
+            stats.release_taken_over,
             stats.release_found_expired
         ),
         (0, 0, 0),
@@ -473,7 +473,7 @@ async fn a_release_cancelled_mid_handover_gives_the_queued_place_up() {
     let local_guard = after_the_other_process(other_guard, local_waiter).await;
     let stats = fx.backend().stats();
     assert_eq!(
-        (stats.release_found_foreign, stats.release_found_expired),
+        (stats.release_taken_over, stats.release_found_expired),
         (0, 0),
         "{stats:?}"
     );
@@ -493,7 +493,7 @@ async fn a_lost_transfer_reply_is_answered_alike_when_asked_again() {
     assert_eq!(command_calls(&fx.server, "evalsha") - scripts, 2);
     let stats = fx.backend().stats();
     assert_eq!(
-        (stats.transferred, stats.release_found_foreign),
+        (stats.transferred, stats.release_taken_over),
         (1, 0),
         "{stats:?}"
     );

@@ -134,7 +134,7 @@ async fn a_notified_waiter_of_another_process_goes_before_the_next_local_task() 
         .build()
         .unwrap();
     // The head start must cover that distance, or the test would measure the machine.
-    raw::set_handoff_window(&here, Duration::from_secs(5));
+    raw::set_reservation_window(&here, Duration::from_secs(5));
     // Load the scripts, so that the release is not sent twice (NOSCRIPT) behind the local acquire.
     Lock::new("warm-up").on(&here).run(async {}).await.unwrap();
     let holder = Lock::new("alternate").on(&here).acquire().await.unwrap();
@@ -159,7 +159,7 @@ async fn a_notified_waiter_of_another_process_goes_before_the_next_local_task() 
     );
 }
 
-/// The handoff window of a release whose waiter gave up costs one wait, once: the next caller is
+/// The reservation window of a release whose waiter gave up costs one wait, once: the next caller is
 /// turned away until the window ends, then takes the lock unmarked, and the locks after it are
 /// neither announced nor reserved — no chain of windows forms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +238,7 @@ async fn only_a_lock_someone_waits_for_announces_its_release() {
         1,
         "the waited-on lock announced its release"
     );
-    // Within the release's handoff window a first try is refused; a caller that waits gets the
+    // Within the release's reservation window a first try is refused; a caller that waits gets the
     // lock once the window passes (or at once, as a waiter, after its first "busy").
     Lock::new("alone")
         .on(fx.backend())

@@ -1,7 +1,7 @@
 //! The FIFO floor: the least a first-in-first-out handoff through the server can cost, measured
 //! beside the libraries in the contended workloads.
 //!
-//! It is the direct handoff the performance issue proposes, stripped to its bare minimum: the
+//! It is a direct FIFO handoff through the server, stripped to its bare minimum: the
 //! waiters queue on the server (a list), and the release pops the holder and publishes a grant to
 //! the next waiter's process in the same script, so a handoff is one message. Nothing else is
 //! there — no lease (a dead holder blocks the key for good), no fencing token, no ownership check,

@@ -199,7 +199,7 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
             let mut events = backend.events(&key, notifications).await?;
             eprintln!(
                 "watching `{key}` on {} backend ({}); Ctrl-C to stop",
-                backend.kind(),
+                backend.deployment(),
                 connect::describe(&cli.url)
             );
             let mut seen = 0;

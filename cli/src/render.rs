@@ -15,7 +15,7 @@ pub(crate) fn inspected(format: Format, backend: &Backend, key: &str, holder: Op
     match format {
         Format::Json => {
             let mut object = holder_json(key, holder);
-            object["backend"] = json!(backend.kind());
+            object["deployment"] = json!(backend.deployment());
             println!("{object}");
         }
         Format::Text => match holder {
@@ -32,7 +32,10 @@ pub(crate) fn listed(format: Format, backend: &Backend, held: &[HeldLock]) {
                 .iter()
                 .map(|lock| holder_json(&lock.key, Some(&lock.holder)))
                 .collect();
-            println!("{}", json!({ "backend": backend.kind(), "locks": locks }));
+            println!(
+                "{}",
+                json!({ "deployment": backend.deployment(), "locks": locks })
+            );
         }
         Format::Text if held.is_empty() => {
             println!("no lock held under `{}`", backend.prefix())
@@ -54,11 +57,14 @@ pub(crate) fn findings(format: Format, backend: &Backend, findings: &[Finding]) 
                 .collect();
             println!(
                 "{}",
-                json!({ "backend": backend.kind(), "findings": findings })
+                json!({ "deployment": backend.deployment(), "findings": findings })
             );
         }
         Format::Text if findings.is_empty() => {
-            println!("no setting of the {} backend weakens locks", backend.kind())
+            println!(
+                "no setting of the {} backend weakens locks",
+                backend.deployment()
+            )
         }
         Format::Text => {
             for finding in findings {

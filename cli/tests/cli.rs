@@ -36,7 +36,7 @@ fn json(output: &Output) -> Value {
 fn backend(url: &str, label: &str) -> Backend {
     Backend::builder(url)
         .holder_label(label)
-        .watchdog_timeout(Duration::from_millis(900))
+        .watchdog_lease(Duration::from_millis(900))
         .build()
         .expect("a valid URL")
 }
@@ -111,7 +111,7 @@ async fn inspect_list_and_unlock_a_live_lock() {
     assert_eq!(held["fencing_token"], guard.fencing_token());
     assert_eq!(held["waited_on"], true);
     assert_eq!(held["waiting"], 1);
-    assert_eq!(held["backend"], "redis");
+    assert_eq!(held["deployment"], "redis");
     let ttl = held["ttl_ms"].as_u64().unwrap();
     assert!(ttl > 0 && ttl <= 900, "{ttl}");
 
@@ -162,7 +162,7 @@ async fn inspect_list_and_unlock_a_live_lock() {
         matches!(
             lost,
             LockError::Lost {
-                reason: LostReason::Stolen | LostReason::Gone,
+                reason: LostReason::TakenOver | LostReason::Gone,
                 ..
             }
         ),
@@ -329,7 +329,7 @@ async fn every_backend_kind_answers() {
         let inspected = distlock(&url, &["--json", "inspect", "a:1"]);
         assert_eq!(inspected.status.code(), Some(0), "{kind}: {inspected:?}");
         let inspected = json(&inspected);
-        assert_eq!(inspected["backend"], kind);
+        assert_eq!(inspected["deployment"], kind);
         assert_eq!(inspected["label"], format!("{kind}-worker"));
         assert_eq!(inspected["fencing_token"], guards[0].fencing_token());
 

@@ -1,4 +1,4 @@
-//! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`,
+//! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_LEASE`,
 //! `DISTLOCK_PREFIX`, `DISTLOCK_HOLDER_LABEL`, replica acknowledgement and TLS files.
 
 use crate::backend::{Backend, MIN_LEASE};
@@ -11,6 +11,10 @@ use std::time::Duration;
 /// `redis://`/`rediss://` URLs for Redlock over independent masters.
 pub const ENV_URL: &str = "DISTLOCK_URL";
 /// TTL of watchdog leases, a duration such as `30s` or `1500ms`; at least 100 ms; default 30 s.
+/// See [`BackendBuilder::watchdog_lease`](crate::BackendBuilder::watchdog_lease).
+pub const ENV_WATCHDOG_LEASE: &str = "DISTLOCK_WATCHDOG_LEASE";
+/// The older name of [`ENV_WATCHDOG_LEASE`], read as well; setting both to different values is an
+/// error.
 pub const ENV_WATCHDOG_TIMEOUT: &str = "DISTLOCK_WATCHDOG_TIMEOUT";
 /// Key namespace; default `distlock`.
 pub const ENV_PREFIX: &str = "DISTLOCK_PREFIX";
@@ -37,8 +41,8 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         return Ok(None);
     };
     let mut builder = Backend::builder(url.clone());
-    if let Some(timeout) = var(ENV_WATCHDOG_TIMEOUT)? {
-        builder = builder.watchdog_timeout(parse_watchdog_timeout(&timeout)?);
+    if let Some(lease) = watchdog_lease_from_env()? {
+        builder = builder.watchdog_lease(lease);
     }
     if let Some(prefix) = var(ENV_PREFIX)? {
         crate::backend::builder::validate_prefix(&prefix).map_err(|_| {
@@ -122,10 +126,27 @@ fn var(name: &str) -> Result<Option<String>, LockError> {
     }
 }
 
-pub(crate) fn parse_watchdog_timeout(text: &str) -> Result<Duration, LockError> {
+/// [`ENV_WATCHDOG_LEASE`], or its older name [`ENV_WATCHDOG_TIMEOUT`]; both set must agree.
+fn watchdog_lease_from_env() -> Result<Option<Duration>, LockError> {
+    match (var(ENV_WATCHDOG_LEASE)?, var(ENV_WATCHDOG_TIMEOUT)?) {
+        (Some(lease), Some(timeout)) if lease != timeout => Err(LockError::invalid_config(
+            ENV_WATCHDOG_LEASE,
+            format!(
+                "is `{lease}` and {ENV_WATCHDOG_TIMEOUT} (its older name) is `{timeout}`; \
+                 set one of them"
+            ),
+        )),
+        (Some(lease), _) => parse_watchdog_lease(ENV_WATCHDOG_LEASE, &lease).map(Some),
+        (None, Some(timeout)) => parse_watchdog_lease(ENV_WATCHDOG_TIMEOUT, &timeout).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The watchdog lease TTL in `text`, read from the variable `name`.
+pub(crate) fn parse_watchdog_lease(name: &'static str, text: &str) -> Result<Duration, LockError> {
     let duration = humantime::parse_duration(text).map_err(|err| {
         LockError::invalid_config(
-            ENV_WATCHDOG_TIMEOUT,
+            name,
             format!(
                 "is `{text}`, which is not a duration ({err}); write it like `30s` or `1500ms`"
             ),
@@ -133,7 +154,7 @@ pub(crate) fn parse_watchdog_timeout(text: &str) -> Result<Duration, LockError> 
     })?;
     if duration < MIN_LEASE {
         return Err(LockError::invalid_config(
-            ENV_WATCHDOG_TIMEOUT,
+            name,
             format!("is `{text}`; it must be at least 100ms"),
         ));
     }
@@ -145,21 +166,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watchdog_timeouts() {
+    fn watchdog_leases() {
         assert_eq!(
-            parse_watchdog_timeout("1s").unwrap(),
+            parse_watchdog_lease(ENV_WATCHDOG_TIMEOUT, "1s").unwrap(),
             Duration::from_secs(1)
         );
         assert_eq!(
-            parse_watchdog_timeout("100ms").unwrap(),
+            parse_watchdog_lease(ENV_WATCHDOG_TIMEOUT, "100ms").unwrap(),
             Duration::from_millis(100)
         );
-        let short = parse_watchdog_timeout("99ms").unwrap_err().to_string();
+        let short = parse_watchdog_lease(ENV_WATCHDOG_TIMEOUT, "99ms")
+            .unwrap_err()
+            .to_string();
         assert!(
             short.contains("DISTLOCK_WATCHDOG_TIMEOUT is `99ms`; it must be at least 100ms"),
             "{short}"
         );
-        let bad = parse_watchdog_timeout("soon").unwrap_err().to_string();
+        let bad = parse_watchdog_lease(ENV_WATCHDOG_TIMEOUT, "soon")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("not a duration"), "{bad}");
     }
 }

@@ -80,8 +80,8 @@ pub(crate) enum Ownership {
     Ours,
     /// The key is gone (expired, deleted).
     Gone,
-    /// Another owner holds the key.
-    Foreign,
+    /// Another owner holds the key (it was taken over: force-unlocked, or expired and acquired).
+    TakenOver,
 }
 
 /// What a release that names a local successor did ([`Engine::transfer`]).
@@ -241,7 +241,7 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// Releases `owner`'s exclusive lock on `key` and, if nobody else was told it is busy,
     /// grants it in the same step to `successor` (a task of this process queued behind the
-    /// holder) with a new fencing token — one round trip and one script per local handoff. A
+    /// holder) with a new fencing token — one round trip and one script per local transfer. A
     /// lock others wait for is released as [`release`](Self::release) does, and announced to
     /// them. Asked again after a lost reply, a transfer that ran answers `Granted` again.
     fn transfer<'a>(

@@ -12,19 +12,25 @@ pub enum LostReason {
     Expired,
     /// A renewal found the key gone: it expired on the server or was deleted.
     Gone,
-    /// A renewal found the key held by another owner.
-    Stolen,
+    /// A renewal found the key held by another owner: it was taken over (force-unlocked, or it
+    /// expired and someone else acquired it).
+    TakenOver,
     /// `max_hold` elapsed: the watchdog stopped renewing so a stuck call cannot hold the lock forever.
     MaxHoldExceeded,
 }
 
 impl LostReason {
+    /// The old name of [`LostReason::TakenOver`].
+    #[deprecated(since = "0.1.0", note = "renamed to `LostReason::TakenOver`")]
+    #[allow(non_upper_case_globals)]
+    pub const Stolen: LostReason = LostReason::TakenOver;
+
     /// The `reason` label of `distlock_leases_lost_total`: the variant in snake case.
     pub(crate) const fn label(self) -> &'static str {
         match self {
             LostReason::Expired => "expired",
             LostReason::Gone => "gone",
-            LostReason::Stolen => "stolen",
+            LostReason::TakenOver => "taken_over",
             LostReason::MaxHoldExceeded => "max_hold_exceeded",
         }
     }
@@ -37,7 +43,7 @@ impl fmt::Display for LostReason {
                 "its lease ran out (a fixed lease ended, or no renewal was confirmed in time)"
             }
             LostReason::Gone => "the key expired or was deleted on the server",
-            LostReason::Stolen => "another owner holds the key now",
+            LostReason::TakenOver => "another owner holds the key now",
             LostReason::MaxHoldExceeded => "the call ran past max_hold, so renewal stopped",
         })
     }

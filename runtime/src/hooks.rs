@@ -31,8 +31,8 @@ pub(crate) struct TestHooks {
     /// which the notification connection can die unseen by the confirmation.
     pub(crate) confirm_delay: Duration,
     /// How long the waiters a release notifies have the lock first (zero: the default,
-    /// `HANDOFF_WINDOW`), so that a test's slow notification still lands inside it.
-    pub(crate) handoff_window: Duration,
+    /// `RESERVATION_WINDOW`), so that a test's slow notification still lands inside it.
+    pub(crate) reservation_window: Duration,
     /// Sentinel `+switch-master` announcements are received but not acted on, as if none
     /// arrived: a demoted primary's `READONLY` is then what moves the connection.
     pub(crate) ignore_switch_announcements: bool,

@@ -101,7 +101,7 @@ pub use backend::{
 };
 pub use config::{
     ENV_HOLDER_LABEL, ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE,
-    ENV_TLS_CERT_FILE, ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_TIMEOUT,
+    ENV_TLS_CERT_FILE, ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_LEASE, ENV_WATCHDOG_TIMEOUT,
 };
 pub use context::{checkpoint, fencing_token, is_held};
 pub use doctor::Finding;

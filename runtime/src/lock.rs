@@ -292,7 +292,7 @@ impl Lock {
         started: Instant,
     ) -> Result<LockGuard, LockError> {
         let (ttl, renewing) = match self.lease {
-            Lease::Watchdog => (backend.watchdog_timeout(), true),
+            Lease::Watchdog => (backend.watchdog_lease(), true),
             Lease::Fixed(ttl) if ttl < MIN_LEASE => {
                 return Err(LockError::invalid_config(
                     "lease",

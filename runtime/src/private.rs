@@ -65,12 +65,12 @@ pub mod raw {
     use crate::LockError;
     use std::time::Duration;
 
-    /// The outcome of a raw operation: `1` ours, `0` gone, `-1` foreign (as the scripts answer).
+    /// The outcome of a raw operation: `1` ours, `0` gone, `-1` taken over (as the scripts answer).
     fn code(ownership: Ownership) -> i8 {
         match ownership {
             Ownership::Ours => 1,
             Ownership::Gone => 0,
-            Ownership::Foreign => -1,
+            Ownership::TakenOver => -1,
         }
     }
 
@@ -287,8 +287,10 @@ pub mod raw {
     }
 
     /// Test hook: how long the waiters a release notifies have the lock before anyone else.
-    pub fn set_handoff_window(backend: &Backend, window: Duration) {
-        crate::hooks::set(&backend.inner.hooks, |hooks| hooks.handoff_window = window);
+    pub fn set_reservation_window(backend: &Backend, window: Duration) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.reservation_window = window
+        });
     }
 
     /// Test hook: waits until `check` holds, for at most `limit`, checking now and after every

@@ -13,7 +13,7 @@ pub const DEFAULT_BACKEND: &str = "default";
 /// Named lock backends. One global registry serves the whole process.
 ///
 /// When `"default"` was not registered in code, it is built at first use from the environment
-/// (`DISTLOCK_URL`, `DISTLOCK_WATCHDOG_TIMEOUT`, `DISTLOCK_PREFIX`). A lock on a name that is
+/// (`DISTLOCK_URL`, `DISTLOCK_WATCHDOG_LEASE`, `DISTLOCK_PREFIX`). A lock on a name that is
 /// neither registered nor configurable is [`LockError::NotConfigured`] — never a silent
 /// in-process lock.
 ///

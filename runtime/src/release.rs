@@ -12,7 +12,7 @@
 //! local waiter's acquire follows it on the same ordered connection, so the server runs the
 //! release first and the waiter finds the key free — one round trip after the release, not two.
 //! Where the engine can, a foreground release instead transfers the lock to that waiter in the
-//! same script (a local transfer: one script per local handoff, and the turn passes with the
+//! same script (a local transfer: one script per local transfer, and the turn passes with the
 //! lock); a lock another process waits for is not transferred, and its turn passes once the
 //! server has answered.
 //! A background release passes the turn once the server has answered.
@@ -114,7 +114,7 @@ pub(crate) async fn release_all(
 /// Runs `release` for `lease`, passing the key's local turn on as soon as the release request is
 /// on its way (its first poll has handed it to the connection) rather than when it is answered:
 /// the next local waiter's acquire then follows the release on the same ordered connection, the
-/// server runs them in that order, and a local handoff costs one round trip instead of two. The
+/// server runs them in that order, and a local transfer costs one round trip instead of two. The
 /// turn is only this process's queue order — the server's lock is what excludes — so passing it
 /// early is never unsafe: if the acquire does overtake the release (a release queued for a batch,
 /// a connection being re-established), it is answered "busy", marks the lock waited on, and the
@@ -532,7 +532,7 @@ async fn release_one(
             };
             match outcome {
                 // A lease whose acquire never answered: "gone" means that acquire never ran,
-                // "ours" that it did and was just undone, "foreign" that someone else won.
+                // "ours" that it did and was just undone, "taken over" that someone else won.
                 Ok(ownership) if lease.is_unconfirmed() => {
                     if ownership == Ownership::Ours {
                         tracing::debug!(
@@ -594,7 +594,7 @@ fn settled(backend: &Backend, lease: &HeldLease, found: Ownership, reply_lost: b
             );
             Released::Expired
         }
-        Ownership::Foreign => {
+        Ownership::TakenOver => {
             tracing::warn!(
                 target: "distlock::release",
                 key = %lease.key,
@@ -606,7 +606,7 @@ fn settled(backend: &Backend, lease: &HeldLease, found: Ownership, reply_lost: b
     Stats::bump(match released {
         Released::Released => &stats.released,
         Released::Expired => &stats.release_found_expired,
-        Released::TakenOver => &stats.release_found_foreign,
+        Released::TakenOver => &stats.release_taken_over,
     });
     metrics::released(&lease.labels, released.label());
     released

@@ -27,7 +27,7 @@ pub(crate) struct Stats {
     pub(crate) renewed: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) release_found_expired: AtomicU64,
-    pub(crate) release_found_foreign: AtomicU64,
+    pub(crate) release_taken_over: AtomicU64,
     pub(crate) lost_ignored: AtomicU64,
     pub(crate) background_releases: AtomicU64,
     pub(crate) left_to_expire: AtomicU64,
@@ -49,6 +49,7 @@ impl Stats {
         crate::hooks::local_changed();
     }
 
+    #[allow(deprecated)] // fills the deprecated alias field too
     pub(crate) fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             acquired: self.acquired.load(Relaxed),
@@ -61,7 +62,8 @@ impl Stats {
             renewed: self.renewed.load(Relaxed),
             released: self.released.load(Relaxed),
             release_found_expired: self.release_found_expired.load(Relaxed),
-            release_found_foreign: self.release_found_foreign.load(Relaxed),
+            release_taken_over: self.release_taken_over.load(Relaxed),
+            release_found_foreign: self.release_taken_over.load(Relaxed),
             lost_ignored: self.lost_ignored.load(Relaxed),
             background_releases: self.background_releases.load(Relaxed),
             left_to_expire: self.left_to_expire.load(Relaxed),
@@ -99,7 +101,10 @@ pub struct StatsSnapshot {
     pub released: u64,
     /// Releases that found the lock already expired.
     pub release_found_expired: u64,
-    /// Releases that found another owner holding the key (left untouched).
+    /// Releases that found the key taken over: another owner holds it (left untouched).
+    pub release_taken_over: u64,
+    /// The old name of [`release_taken_over`](Self::release_taken_over) (the same count).
+    #[deprecated(since = "0.1.0", note = "renamed to `release_taken_over`")]
     pub release_found_foreign: u64,
     /// Losses that an `on_lost = "ignore"` call ran through.
     pub lost_ignored: u64,

@@ -396,7 +396,7 @@ fn apply(shared: &Shared, outcome: BatchOutcome) -> Option<Instant> {
                 entry.next_renewal = outcome.sent_at + lease.ttl / 3;
             }
             Some(Ownership::Gone) => lease.mark_lost(LostReason::Gone),
-            Some(Ownership::Foreign) => lease.mark_lost(LostReason::Stolen),
+            Some(Ownership::TakenOver) => lease.mark_lost(LostReason::TakenOver),
             None => {
                 entry.next_renewal = now + retry_after(lease.ttl);
                 retry_at = Some(

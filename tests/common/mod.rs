@@ -120,8 +120,7 @@ const IN_PROCESS_FENCE_TTL: Duration = Duration::from_millis(1);
 
 impl Fixture for InProcess {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let builder =
-            configure(Backend::builder("memory://").fence_counter_ttl(IN_PROCESS_FENCE_TTL));
+        let builder = configure(Backend::builder("memory://").marker_ttl(IN_PROCESS_FENCE_TTL));
         InProcess {
             backend: builder.build().expect("valid in-process settings"),
         }

@@ -216,7 +216,7 @@ pub(crate) async fn a_semaphore_admits_exactly_its_permits<F: Fixture>() {
 /// Each shared holder has its own lease: the watchdog renews it, and one that is never released
 /// (its process died) blocks nobody past its TTL.
 pub(crate) async fn shared_holders_have_their_own_leases<F: Fixture>() {
-    let fx = F::start(|b| b.watchdog_timeout(Duration::from_millis(600)));
+    let fx = F::start(|b| b.watchdog_lease(Duration::from_millis(600)));
     let other = fx.contender();
     let key = unique_key("shared-lease");
     let renewed = read(&key).on(fx.backend()).acquire().await.unwrap();

@@ -41,7 +41,7 @@ pub(crate) async fn distlock(
     server_stats::flush(server);
     let backend = Backend::builder(server.url())
         .prefix("bench-held")
-        .watchdog_timeout(ttl)
+        .watchdog_lease(ttl)
         .renew_batch(RENEW_BATCH)
         .build()
         .map_err(|e| e.to_string())?;

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// [`BackendBuilder::local_batch`]'s default: a local handoff costs one round trip and a script,
+/// [`BackendBuilder::local_batch`]'s default: a local transfer costs one round trip and a script,
 /// 50–150 µs on loopback, so a process hands a busy key on several times before yielding it.
 const DEFAULT_LOCAL_BATCH: Duration = Duration::from_millis(1);
 
@@ -150,7 +150,7 @@ impl Backend {
 /// use std::time::Duration;
 ///
 /// let err = Backend::builder("redis://127.0.0.1:6379")
-///     .watchdog_timeout(Duration::from_millis(10))
+///     .watchdog_lease(Duration::from_millis(10))
 ///     .build()
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("at least 100ms"), "{err}");
@@ -159,9 +159,9 @@ impl Backend {
 pub struct BackendBuilder {
     url: String,
     prefix: String,
-    watchdog_timeout: Duration,
+    watchdog_lease: Duration,
     max_key_len: usize,
-    fence_counter_ttl: Duration,
+    marker_ttl: Duration,
     renew_batch: usize,
     local_batch: Duration,
     max_backoff: Duration,
@@ -194,9 +194,9 @@ impl std::fmt::Debug for BackendBuilder {
                     .join(","),
             )
             .field("prefix", &self.prefix)
-            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("watchdog_lease", &self.watchdog_lease)
             .field("max_key_len", &self.max_key_len)
-            .field("fence_counter_ttl", &self.fence_counter_ttl)
+            .field("marker_ttl", &self.marker_ttl)
             .field("renew_batch", &self.renew_batch)
             .field("local_batch", &self.local_batch)
             .field("max_backoff", &self.max_backoff)
@@ -216,9 +216,9 @@ impl BackendBuilder {
         BackendBuilder {
             url,
             prefix: "distlock".into(),
-            watchdog_timeout: Duration::from_secs(30),
+            watchdog_lease: Duration::from_secs(30),
             max_key_len: 512,
-            fence_counter_ttl: Duration::from_secs(3600),
+            marker_ttl: Duration::from_secs(3600),
             renew_batch: 256,
             local_batch: DEFAULT_LOCAL_BATCH,
             max_backoff: Duration::from_millis(100),
@@ -241,9 +241,15 @@ impl BackendBuilder {
 
     /// TTL of watchdog leases, renewed every third of it while the call runs. Default 30 s;
     /// at least 100 ms.
-    pub fn watchdog_timeout(mut self, ttl: Duration) -> Self {
-        self.watchdog_timeout = ttl;
+    pub fn watchdog_lease(mut self, ttl: Duration) -> Self {
+        self.watchdog_lease = ttl;
         self
+    }
+
+    /// The old name of [`watchdog_lease`](Self::watchdog_lease).
+    #[deprecated(since = "0.1.0", note = "renamed to `watchdog_lease`")]
+    pub fn watchdog_timeout(self, ttl: Duration) -> Self {
+        self.watchdog_lease(ttl)
     }
 
     /// Longest accepted key in bytes, after rendering and escaping; a longer key is
@@ -257,9 +263,15 @@ impl BackendBuilder {
     /// exceed) stays on the server. Tokens keep increasing after the marker expires (they are at
     /// least the server time in µs); the marker only guards against the server clock stepping back
     /// by less than this. Default 1 h.
-    pub fn fence_counter_ttl(mut self, ttl: Duration) -> Self {
-        self.fence_counter_ttl = ttl;
+    pub fn marker_ttl(mut self, ttl: Duration) -> Self {
+        self.marker_ttl = ttl;
         self
+    }
+
+    /// The old name of [`marker_ttl`](Self::marker_ttl).
+    #[deprecated(since = "0.1.0", note = "renamed to `marker_ttl`")]
+    pub fn fence_counter_ttl(self, ttl: Duration) -> Self {
+        self.marker_ttl(ttl)
     }
 
     /// Most leases renewed by one script call. Default 256.
@@ -273,8 +285,8 @@ impl BackendBuilder {
     /// processes are queued for it. Past that, the holder's release hands the lock to the first
     /// process in the queue, and this process's next task goes to the back. Default 1 ms.
     ///
-    /// A local handoff costs one round trip, a handoff to another process about two (the
-    /// release, then its message to the waiting process). Batching local handoffs therefore
+    /// A local transfer costs one round trip, a handoff to another process about two (the
+    /// release, then its message to the waiting process). Batching local transfers therefore
     /// fits more critical sections in a second when they are short, and costs the other
     /// process a wait of at most this long plus one critical section; when they are long, a
     /// batch holds one or two and the key alternates between processes. `Duration::ZERO`
@@ -313,7 +325,7 @@ impl BackendBuilder {
     /// Redlock only: how long one master may take to answer before its vote (or renewal, or
     /// release) counts as refused. Far below the lease TTL: an acquire or a renewal round costs
     /// at most this, whatever the slow masters do. Default 50 ms; less than a third of
-    /// `watchdog_timeout`. Setting it on a backend that is not Redlock is an error.
+    /// `watchdog_lease`. Setting it on a backend that is not Redlock is an error.
     pub fn master_timeout(mut self, timeout: Duration) -> Self {
         self.master_timeout = Some(timeout);
         self
@@ -349,10 +361,10 @@ impl BackendBuilder {
     }
 
     /// How long a grant or renewal waits for [`min_replicas`](Self::min_replicas)
-    /// acknowledgements. Default 200 ms (a quarter of `watchdog_timeout` when that is less); at
+    /// acknowledgements. Default 200 ms (a quarter of `watchdog_lease` when that is less); at
     /// least 1 ms, less than `response_timeout` (the
     /// reply to the script and the `WAIT` must arrive before it counts as lost) and less than a
-    /// third of `watchdog_timeout`. Setting it while `min_replicas` is 0 is an error.
+    /// third of `watchdog_lease`. Setting it while `min_replicas` is 0 is an error.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = Some(timeout);
         self
@@ -422,12 +434,12 @@ impl BackendBuilder {
 
     /// Checks every setting and builds the backend. Connections open lazily, on first use.
     pub fn build(self) -> Result<Backend, LockError> {
-        if self.watchdog_timeout < MIN_LEASE {
+        if self.watchdog_lease < MIN_LEASE {
             return Err(LockError::invalid_config(
-                "watchdog_timeout",
+                "watchdog_lease",
                 format!(
                     "is {}; it must be at least 100ms so renewal (every third of it) can keep up",
-                    humantime::format_duration(self.watchdog_timeout)
+                    humantime::format_duration(self.watchdog_lease)
                 ),
             ));
         }
@@ -450,9 +462,9 @@ impl BackendBuilder {
                 "must be at least 1ms",
             ));
         }
-        if self.fence_counter_ttl < Duration::from_millis(1) {
+        if self.marker_ttl < Duration::from_millis(1) {
             return Err(LockError::invalid_config(
-                "fence_counter_ttl",
+                "marker_ttl",
                 "must be at least 1ms",
             ));
         }
@@ -525,7 +537,7 @@ impl BackendBuilder {
             Some("memory") => (
                 Arc::new(InProcessEngine::new(
                     &self.prefix,
-                    self.fence_counter_ttl,
+                    self.marker_ttl,
                     &holder_label,
                 )),
                 "in-process",
@@ -551,7 +563,7 @@ impl BackendBuilder {
                 Arc::new(ClusterEngine::open(ClusterConfig {
                     url: &self.url,
                     prefix: &self.prefix,
-                    fence_counter_ttl: self.fence_counter_ttl,
+                    marker_ttl: self.marker_ttl,
                     timeouts: self.timeouts,
                     hooks: hooks.clone(),
                     holder_label: &holder_label,
@@ -571,7 +583,7 @@ impl BackendBuilder {
                 Arc::new(RedisEngine::open(RedisConfig {
                     url: &self.url,
                     prefix: &self.prefix,
-                    fence_counter_ttl: self.fence_counter_ttl,
+                    marker_ttl: self.marker_ttl,
                     timeouts: self.timeouts,
                     tls: &self.tls,
                     hooks: hooks.clone(),
@@ -619,38 +631,38 @@ impl BackendBuilder {
         }
         let timeout = self
             .replica_timeout
-            .unwrap_or_else(|| Duration::from_millis(200).min(self.watchdog_timeout / 4));
+            .unwrap_or_else(|| Duration::from_millis(200).min(self.watchdog_lease / 4));
         let which = match self.replica_timeout {
             Some(_) => "",
-            None => " (the default: 200ms, or a quarter of watchdog_timeout)",
+            None => " (the default: 200ms, or a quarter of watchdog_lease)",
         };
         if timeout < Duration::from_millis(1)
             || timeout >= self.timeouts.response
-            || timeout * 3 >= self.watchdog_timeout
+            || timeout * 3 >= self.watchdog_lease
         {
             return Err(LockError::invalid_config(
                 "replica_timeout",
                 format!(
                     "is {}{which}; it must be at least 1ms, less than response_timeout ({}) so \
                      the WAIT answers before the reply counts as lost, and less than a third of \
-                     watchdog_timeout ({})",
+                     watchdog_lease ({})",
                     humantime::format_duration(timeout),
                     humantime::format_duration(self.timeouts.response),
-                    humantime::format_duration(self.watchdog_timeout)
+                    humantime::format_duration(self.watchdog_lease)
                 ),
             ));
         }
         Ok(Some(ReplicaAck {
             replicas: self.min_replicas,
             timeout,
-            marker_ttl: self.fence_counter_ttl,
+            marker_ttl: self.marker_ttl,
         }))
     }
 
     fn settings(&self) -> Settings {
         Settings {
             prefix: self.prefix.clone(),
-            watchdog_timeout: self.watchdog_timeout,
+            watchdog_lease: self.watchdog_lease,
             max_key_len: self.max_key_len,
             renew_batch: self.renew_batch,
             local_batch: self.local_batch,
@@ -700,22 +712,21 @@ impl BackendBuilder {
             ));
         }
         let master_timeout = self.master_timeout.unwrap_or(Duration::from_millis(50));
-        if master_timeout < Duration::from_millis(1) || master_timeout * 3 >= self.watchdog_timeout
-        {
+        if master_timeout < Duration::from_millis(1) || master_timeout * 3 >= self.watchdog_lease {
             return Err(LockError::invalid_config(
                 "master_timeout",
                 format!(
-                    "is {}; it must be at least 1ms and less than a third of watchdog_timeout ({}), \
+                    "is {}; it must be at least 1ms and less than a third of watchdog_lease ({}), \
                      so that a renewal round fits in its period",
                     humantime::format_duration(master_timeout),
-                    humantime::format_duration(self.watchdog_timeout)
+                    humantime::format_duration(self.watchdog_lease)
                 ),
             ));
         }
         let engine = RedlockEngine::open(RedlockConfig {
             urls: masters,
             prefix: &self.prefix,
-            fence_counter_ttl: self.fence_counter_ttl,
+            marker_ttl: self.marker_ttl,
             timeouts: self.timeouts,
             master_timeout,
             drift_factor: self.drift_factor,

@@ -11,11 +11,11 @@ use once_cell::sync::Lazy;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// Settings shared by every backend kind; each builder setter documents its default.
+/// Settings shared by every deployment; each builder setter documents its default.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) prefix: String,
-    pub(crate) watchdog_timeout: Duration,
+    pub(crate) watchdog_lease: Duration,
     pub(crate) max_key_len: usize,
     pub(crate) renew_batch: usize,
     /// How long a key passes between this process's tasks while another process waits for it.
@@ -49,7 +49,7 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 ///
 /// let backend = Backend::builder("redis://127.0.0.1:6379")
 ///     .prefix("billing")
-///     .watchdog_timeout(Duration::from_secs(10))
+///     .watchdog_lease(Duration::from_secs(10))
 ///     .build()
 ///     .expect("a valid URL");
 /// assert_eq!(backend.prefix(), "billing");
@@ -68,14 +68,14 @@ pub(crate) struct BackendInner {
     pub(crate) stats: Arc<Stats>,
     pub(crate) gates: Arc<Gates>,
     pub(crate) hooks: SharedHooks,
-    pub(crate) kind: &'static str,
+    pub(crate) deployment: &'static str,
 }
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend")
             .field("name", &self.name())
-            .field("kind", &self.inner.kind)
+            .field("deployment", &self.inner.deployment)
             .field("prefix", &self.inner.settings.prefix)
             .finish()
     }
@@ -88,7 +88,7 @@ impl Backend {
         engine: Arc<dyn Engine>,
         settings: Settings,
         hooks: SharedHooks,
-        kind: &'static str,
+        deployment: &'static str,
     ) -> Backend {
         let stats = Arc::new(Stats::default());
         Backend {
@@ -100,7 +100,7 @@ impl Backend {
                 stats,
                 gates: Arc::default(),
                 hooks,
-                kind,
+                deployment,
             }),
         }
     }
@@ -120,10 +120,16 @@ impl Backend {
             .clone()
     }
 
-    /// What kind of backend this is: `"redis"`, `"sentinel"`, `"cluster"`, `"redlock"` or
-    /// `"in-process"`.
+    /// The deployment this backend talks to: `"redis"` (one server), `"sentinel"`, `"cluster"`,
+    /// `"redlock"` or `"in-process"`.
+    pub fn deployment(&self) -> &'static str {
+        self.inner.deployment
+    }
+
+    /// The old name of [`deployment`](Self::deployment) (not a [`LockKind`](crate::LockKind)).
+    #[deprecated(since = "0.1.0", note = "renamed to `deployment`")]
     pub fn kind(&self) -> &'static str {
-        self.inner.kind
+        self.deployment()
     }
 
     /// The key namespace of this backend.
@@ -132,8 +138,14 @@ impl Backend {
     }
 
     /// The TTL of watchdog leases (renewed every third of it).
+    pub fn watchdog_lease(&self) -> Duration {
+        self.inner.settings.watchdog_lease
+    }
+
+    /// The old name of [`watchdog_lease`](Self::watchdog_lease).
+    #[deprecated(since = "0.1.0", note = "renamed to `watchdog_lease`")]
     pub fn watchdog_timeout(&self) -> Duration {
-        self.inner.settings.watchdog_timeout
+        self.watchdog_lease()
     }
 
     /// Counters since start-up: acquisitions, busy results, lost leases, renewals, wait times.
@@ -191,7 +203,7 @@ impl Backend {
             self.inner.engine.clone(),
             self.inner.settings.clone(),
             SharedHooks::default(),
-            self.inner.kind,
+            self.inner.deployment,
         )
     }
 

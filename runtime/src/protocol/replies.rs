@@ -264,7 +264,7 @@ mod tests {
     }
 
     /// A reply this version does not know is an error naming the script and the reply, never
-    /// a guess (an unknown release code used to read as "gone").
+    /// a guess (a guess could call a held lock free).
     #[test]
     fn an_unknown_reply_names_its_script_and_value() {
         let err = Release::decode(7, None).unwrap_err();

@@ -11,7 +11,7 @@
 --              "W<fence> <owner>[ <label>]"  held, and someone was told it is busy (release will
 --                                            publish, or hand it over and publish)
 --              "F<fence>"             free: the last token issued, kept by release for the
---                                     counter TTL
+--                                     marker TTL
 --              "P<fence> <until_us>"  free, and the waiters the release notified have it first
 --                                     until server time until_us (a local successor that follows
 --                                     the release on its connection must not beat them)
@@ -80,9 +80,9 @@
 local step = tonumber(ARGV[1])
 local WRITER_INTENT_MS = 500
 local label = ARGV[2] ~= '' and ' ' .. ARGV[2] or ''
-local handoff_at = string.find(ARGV[3], ' ', 1, true)
-local handoff_ms = tonumber(string.sub(ARGV[3], 1, (handoff_at or 0) - 1))
-local channel = handoff_at and ' >' .. string.sub(ARGV[3], handoff_at + 1) or ''
+local channel_at = string.find(ARGV[3], ' ', 1, true)
+local grant_time_ms = tonumber(string.sub(ARGV[3], 1, (channel_at or 0) - 1))
+local channel = channel_at and ' >' .. string.sub(ARGV[3], channel_at + 1) or ''
 -- A label that starts with '>' would read as a channel: an empty channel goes before it.
 if channel == '' and string.sub(label, 1, 2) == ' >' then
   channel = ' >'
@@ -96,7 +96,7 @@ end
 -- everyone queued), its entry naming its grant time, its process's handover channel and its
 -- label: the code to answer, 4 (its place kept) or 7 (a new place); nil when the queue is full.
 local function queue_up(key, owner, ttl, ticket)
-  local grant_ms = math.min(handoff_ms, tonumber(ttl))
+  local grant_ms = math.min(grant_time_ms, tonumber(ttl))
   local joined = queue().join(key, owner, grant_ms .. ' ' .. owner .. channel .. label,
     grant_ms, ticket ~= '' and ticket or nil)
   if joined then
@@ -184,7 +184,7 @@ for i, key in ipairs(KEYS) do
       code, answer = 1, tonumber(string.sub(value, 2, space - 1))
     else
       code, answer = 0, redis.call('PTTL', key)
-      if handoff_ms > 0 and asker ~= '0' then
+      if grant_time_ms > 0 and asker ~= '0' then
         code = queue_up(key, owner, ttl, ticket) or 0
       end
       -- Marked as waited on: by queued waiters alone ("H": release hands it over, and the new
@@ -199,7 +199,7 @@ for i, key in ipairs(KEYS) do
       end
     end
   end
-  if not code and handoff_ms > 0 and queue_exists(key) then
+  if not code and grant_time_ms > 0 and queue_exists(key) then
     -- Free, but waiters may be queued (its holder expired, or the waiter it was handed to never
     -- claimed it): the first of them takes it, the others wait behind.
     local head = queue().head(key)

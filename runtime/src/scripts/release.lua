@@ -23,7 +23,7 @@
 --
 -- A local transfer rewrites a lock nobody else was told is busy ("L") as the successor's, with
 -- the next token and the successor's TTL, and the holder label of the lock it replaces (the
--- same process's) — one script per local handoff instead of a release and an acquire. So does
+-- same process's) — one script per local transfer instead of a release and an acquire. So does
 -- a lock only queued waiters were told is busy ("H") when the transfer may go ahead of them
 -- ("+": the process's run of holders in a row is short, BackendBuilder::local_batch); it stays
 -- "H", and the queue keeps its order. A lock others wait for ("W", or "H" without "+") is

@@ -42,13 +42,13 @@ pub(crate) struct InProcessEngine {
 }
 
 impl InProcessEngine {
-    pub(crate) fn new(prefix: &str, fence_counter_ttl: Duration, label: &str) -> Self {
+    pub(crate) fn new(prefix: &str, marker_ttl: Duration, label: &str) -> Self {
         InProcessEngine {
             keys: Mutex::new(Keyspace::default()),
             settings: Settings {
                 label: label.to_owned(),
                 grant_ms: 0,
-                marker_ttl_ms: (fence_counter_ttl.as_millis() as u64).max(1),
+                marker_ttl_ms: (marker_ttl.as_millis() as u64).max(1),
                 window_ms: 0,
                 hands_over: true,
             },
@@ -147,7 +147,7 @@ impl InProcessEngine {
         });
         match answer.first() {
             Some(Release::Expired) | None => Ownership::Gone,
-            Some(Release::TakenOver) => Ownership::Foreign,
+            Some(Release::TakenOver) => Ownership::TakenOver,
             Some(_) => Ownership::Ours,
         }
     }
@@ -240,7 +240,7 @@ impl Engine for InProcessEngine {
                 Some(match answer {
                     Renew::Renewed => Ownership::Ours,
                     Renew::Gone => Ownership::Gone,
-                    Renew::TakenOver => Ownership::Foreign,
+                    Renew::TakenOver => Ownership::TakenOver,
                 })
             })
             .collect();

@@ -4,7 +4,9 @@
 //! [`GroupCommit`]: super::group_commit::GroupCommit
 
 use super::group_commit::Batched;
-use super::node::{handoff_window, LockCall, Node, ReleaseCall, ReleaseReply, HANDOFF_WINDOW};
+use super::node::{
+    reservation_window, LockCall, Node, ReleaseCall, ReleaseReply, RESERVATION_WINDOW,
+};
 use crate::engine::{Acquired, EngineResult};
 use crate::hooks::SharedHooks;
 use crate::wait::retry_until;
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 /// `acquire.lua` over a batch of locks.
 pub(crate) struct AcquireBatch {
     pub(crate) node: Arc<Node>,
-    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) marker_ttl: Duration,
 }
 
 impl Batched for AcquireBatch {
@@ -47,7 +49,7 @@ impl AcquireBatch {
     fn release_left_behind(self: &Arc<Self>, item: LockCall) {
         release_left_behind(
             self.node.clone(),
-            self.fence_counter_ttl,
+            self.marker_ttl,
             ReleaseCall::plain(item.lock, item.owner),
             item.ttl,
         );
@@ -58,16 +60,11 @@ impl AcquireBatch {
 /// ownership-checked release: harmless if the lock was not taken). A failed release is tried
 /// again, with backoff, until the lock would have expired anyway (`ttl` from now); then it is
 /// left to that TTL, and logged.
-fn release_left_behind(
-    node: Arc<Node>,
-    fence_counter_ttl: Duration,
-    call: ReleaseCall,
-    ttl: Duration,
-) {
+fn release_left_behind(node: Arc<Node>, marker_ttl: Duration, call: ReleaseCall, ttl: Duration) {
     tokio::spawn(async move {
         let until = Instant::now() + ttl;
         let calls = [call];
-        let release = || node.release_by_script(&calls, fence_counter_ttl, HANDOFF_WINDOW);
+        let release = || node.release_by_script(&calls, marker_ttl, RESERVATION_WINDOW);
         let Err(failure) = release().await else {
             return;
         };
@@ -90,7 +87,7 @@ const LEFT_BEHIND_RETRY_CAP: Duration = Duration::from_secs(1);
 /// `release.lua` for the rest ([`Node::release_calls`]).
 pub(crate) struct ReleaseBatch {
     pub(crate) node: Arc<Node>,
-    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) marker_ttl: Duration,
     pub(crate) hooks: SharedHooks,
 }
 
@@ -102,11 +99,8 @@ impl Batched for ReleaseBatch {
         &'a self,
         items: &'a [ReleaseCall],
     ) -> BoxFuture<'a, EngineResult<Vec<ReleaseReply>>> {
-        let window = handoff_window(&self.hooks);
-        Box::pin(
-            self.node
-                .release_calls(items, self.fence_counter_ttl, window),
-        )
+        let window = reservation_window(&self.hooks);
+        Box::pin(self.node.release_calls(items, self.marker_ttl, window))
     }
 
     /// A release is done whether or not its caller is still there. Nor is a transfer undone

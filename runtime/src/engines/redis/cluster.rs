@@ -18,7 +18,7 @@
 //! Release notifications use sharded pub/sub ([`ShardedSubscriber`]).
 
 use super::cluster_spec::ClusterSpec;
-use super::node::{handoff_window, settle_release, settle_transfer, Node, Place};
+use super::node::{reservation_window, settle_release, settle_transfer, Node, Place};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
 use super::timeouts::Timeouts;
@@ -45,7 +45,7 @@ use std::time::Duration;
 pub(crate) struct ClusterConfig<'a> {
     pub(crate) url: &'a str,
     pub(crate) prefix: &'a str,
-    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) marker_ttl: Duration,
     pub(crate) timeouts: Timeouts,
     pub(crate) hooks: SharedHooks,
     /// Written with every lock, for operators.
@@ -58,7 +58,7 @@ pub(crate) struct ClusterConfig<'a> {
 pub(crate) struct ClusterEngine {
     pub(super) node: Arc<Node>,
     pub(super) prefix: String,
-    pub(super) fence_counter_ttl: Duration,
+    pub(super) marker_ttl: Duration,
     /// The seeds and credentials, for connections to single nodes (keyspace followers).
     pub(super) spec: ClusterSpec,
     subscriber: Arc<ShardedSubscriber>,
@@ -117,7 +117,7 @@ impl ClusterEngine {
             node,
             spec,
             prefix: config.prefix.to_owned(),
-            fence_counter_ttl: config.fence_counter_ttl,
+            marker_ttl: config.marker_ttl,
             owners: Mutex::default(),
             timeouts: config.timeouts,
             renewal_round_trips: AtomicU64::new(0),
@@ -126,8 +126,8 @@ impl ClusterEngine {
         })
     }
 
-    fn handoff_window(&self) -> Duration {
-        handoff_window(&self.hooks)
+    fn reservation_window(&self) -> Duration {
+        reservation_window(&self.hooks)
     }
 
     /// The slot map, read with `CLUSTER SLOTS` if it is not known.
@@ -327,14 +327,14 @@ impl Engine for ClusterEngine {
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
-            let window = self.handoff_window();
+            let window = self.reservation_window();
             let reply = if kind.is_shared() {
                 self.node
-                    .release_shared(&names.lock, owner, self.fence_counter_ttl, window)
+                    .release_shared(&names.lock, owner, self.marker_ttl, window)
                     .await?
             } else {
                 self.node
-                    .release(&names, owner, granted, self.fence_counter_ttl, window)
+                    .release(&names, owner, granted, self.marker_ttl, window)
                     .await?
             };
             Ok(settle_release(
@@ -358,15 +358,15 @@ impl Engine for ClusterEngine {
     ) -> BoxFuture<'a, EngineResult<Transfer>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
-            let window = self.handoff_window();
+            let window = self.reservation_window();
             let reply = if self.transfers() {
                 self.node
-                    .transfer(&names, owner, successor, self.fence_counter_ttl, window)
+                    .transfer(&names, owner, successor, self.marker_ttl, window)
                     .await?
             } else {
                 let granted = GrantedAs::Unknown;
                 self.node
-                    .release(&names, owner, granted, self.fence_counter_ttl, window)
+                    .release(&names, owner, granted, self.marker_ttl, window)
                     .await?
             };
             Ok(settle_transfer(
@@ -479,7 +479,7 @@ impl Engine for ClusterEngine {
     fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
         Box::pin(async move {
             let names = KeyNames::new(&self.prefix, key);
-            self.node.force_unlock(&names, self.fence_counter_ttl).await
+            self.node.force_unlock(&names, self.marker_ttl).await
         })
     }
 

@@ -36,7 +36,7 @@ use std::time::Duration;
 pub(crate) struct RedisConfig<'a> {
     pub(crate) url: &'a str,
     pub(crate) prefix: &'a str,
-    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) marker_ttl: Duration,
     pub(crate) timeouts: Timeouts,
     pub(crate) tls: &'a TlsFiles,
     pub(crate) hooks: SharedHooks,
@@ -54,7 +54,7 @@ pub(crate) struct RedisEngine {
     acquires: GroupCommit<AcquireBatch>,
     releases: GroupCommit<ReleaseBatch>,
     prefix: String,
-    fence_counter_ttl: Duration,
+    marker_ttl: Duration,
     hooks: SharedHooks,
     subscriber: Arc<Subscriber>,
     /// A release notification was refused (and reported) already.
@@ -98,16 +98,16 @@ impl RedisEngine {
             subscriber,
             acquires: GroupCommit::new(Arc::new(AcquireBatch {
                 node: node.clone(),
-                fence_counter_ttl: config.fence_counter_ttl,
+                marker_ttl: config.marker_ttl,
             })),
             releases: GroupCommit::new(Arc::new(ReleaseBatch {
                 node: node.clone(),
-                fence_counter_ttl: config.fence_counter_ttl,
+                marker_ttl: config.marker_ttl,
                 hooks: config.hooks.clone(),
             })),
             node,
             prefix: config.prefix.to_owned(),
-            fence_counter_ttl: config.fence_counter_ttl,
+            marker_ttl: config.marker_ttl,
             hooks: config.hooks.clone(),
             publish_refused: AtomicBool::new(false),
         })
@@ -118,8 +118,8 @@ impl RedisEngine {
     }
 
     /// How long the waiters a release notifies have the lock first.
-    fn handoff_window(&self) -> Duration {
-        super::node::handoff_window(&self.hooks)
+    fn reservation_window(&self) -> Duration {
+        super::node::reservation_window(&self.hooks)
     }
 }
 
@@ -161,9 +161,9 @@ impl Engine for RedisEngine {
         Box::pin(async move {
             let lock = lock_name(&self.prefix, key);
             let reply = if kind.is_shared() {
-                let window = self.handoff_window();
+                let window = self.reservation_window();
                 self.node
-                    .release_shared(&lock, owner, self.fence_counter_ttl, window)
+                    .release_shared(&lock, owner, self.marker_ttl, window)
                     .await?
             } else {
                 let call = ReleaseCall {
@@ -258,7 +258,7 @@ impl Engine for RedisEngine {
     fn force_unlock<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<Option<Holder>>> {
         Box::pin(async move {
             self.node
-                .force_unlock(&self.names(key), self.fence_counter_ttl)
+                .force_unlock(&self.names(key), self.marker_ttl)
                 .await
         })
     }

@@ -1,4 +1,4 @@
-//! Redlock over N independent Redis masters (the study's §7.2), with what it leaves open:
+//! Redlock (redis.io: *Distributed Locks with Redis*) over N masters, with what it leaves open:
 //! fencing tokens that stay monotonic across different quorums, votes released at once after a
 //! failed attempt, and renewal and release by quorum.
 //!
@@ -43,7 +43,7 @@ mod permits;
 pub(crate) use fan_out::quorum;
 
 use super::redis::node::{
-    report_refused_publish, Node, Place, ReleaseReply, Timeouts, HANDOFF_WINDOW,
+    report_refused_publish, Node, Place, ReleaseReply, Timeouts, RESERVATION_WINDOW,
 };
 use super::redis::pubsub::Subscriber;
 use super::redis::tls::TlsFiles;
@@ -75,7 +75,7 @@ const CLOCK_STEP_US: u32 = 1000;
 pub(crate) struct RedlockConfig<'a> {
     pub(crate) urls: &'a [String],
     pub(crate) prefix: &'a str,
-    pub(crate) fence_counter_ttl: Duration,
+    pub(crate) marker_ttl: Duration,
     pub(crate) timeouts: Timeouts,
     /// How long one master may take to answer before its vote counts as refused.
     pub(crate) master_timeout: Duration,
@@ -101,7 +101,7 @@ pub(crate) struct RedlockEngine {
     quorum: usize,
     channels: Arc<Channels>,
     prefix: String,
-    fence_counter_ttl: Duration,
+    marker_ttl: Duration,
     master_timeout: Duration,
     drift_factor: f64,
     publish_refused: AtomicBool,
@@ -156,7 +156,7 @@ impl RedlockEngine {
             quorum,
             channels,
             prefix: config.prefix.to_owned(),
-            fence_counter_ttl: config.fence_counter_ttl,
+            marker_ttl: config.marker_ttl,
             master_timeout: config.master_timeout,
             drift_factor: config.drift_factor,
             publish_refused: AtomicBool::new(false),
@@ -439,15 +439,15 @@ impl RedlockEngine {
                     LockKind::Read => Box::pin(master.node.release_shared(
                         &names.lock,
                         owner,
-                        self.fence_counter_ttl,
-                        HANDOFF_WINDOW,
+                        self.marker_ttl,
+                        RESERVATION_WINDOW,
                     )),
                     _ => Box::pin(master.node.release(
                         names,
                         owner,
                         *granted,
-                        self.fence_counter_ttl,
-                        HANDOFF_WINDOW,
+                        self.marker_ttl,
+                        RESERVATION_WINDOW,
                     )),
                 }
             },
@@ -468,7 +468,7 @@ impl RedlockEngine {
                 match ownership {
                     Some(Ownership::Ours) => tally.0 += 1,
                     Some(Ownership::Gone) => tally.1 += 1,
-                    Some(Ownership::Foreign) => tally.2 += 1,
+                    Some(Ownership::TakenOver) => tally.2 += 1,
                     None => {}
                 }
             }
@@ -478,12 +478,12 @@ impl RedlockEngine {
 
     /// A lease's renewal, decided: ours with a quorum, lost once a quorum became impossible,
     /// undecided otherwise.
-    fn verdict(&self, (ours, gone, foreign): (usize, usize, usize)) -> Option<Ownership> {
+    fn verdict(&self, (ours, gone, taken_over): (usize, usize, usize)) -> Option<Ownership> {
         if ours >= self.quorum {
             Some(Ownership::Ours)
-        } else if gone + foreign >= self.blocking() {
-            Some(if foreign > 0 {
-                Ownership::Foreign
+        } else if gone + taken_over >= self.blocking() {
+            Some(if taken_over > 0 {
+                Ownership::TakenOver
             } else {
                 Ownership::Gone
             })
@@ -609,7 +609,7 @@ impl RedlockEngine {
             |master| {
                 master
                     .node
-                    .give_back(names, owner, self.fence_counter_ttl, HANDOFF_WINDOW)
+                    .give_back(names, owner, self.marker_ttl, RESERVATION_WINDOW)
             },
             all,
         )
@@ -629,7 +629,7 @@ impl RedlockEngine {
     ) -> EngineResult<Ownership> {
         self.forget_ticket(owner);
         let answers = self.release_everywhere(names, owner, kind, granted).await;
-        let (mut ours, mut gone, mut foreign) = (0, 0, 0);
+        let (mut ours, mut gone, mut taken_over) = (0, 0, 0);
         let mut failures = Vec::new();
         for (index, answer) in answers.into_iter().enumerate() {
             match answer {
@@ -644,7 +644,7 @@ impl RedlockEngine {
                     ours += 1;
                 }
                 Some(Ok(ReleaseReply::Found(Ownership::Gone))) => gone += 1,
-                Some(Ok(ReleaseReply::Found(Ownership::Foreign))) => foreign += 1,
+                Some(Ok(ReleaseReply::Found(Ownership::TakenOver))) => taken_over += 1,
                 Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
                 None => {}
             }
@@ -656,10 +656,10 @@ impl RedlockEngine {
         if ours >= self.quorum || (ours > 0 && ours + failures.len() >= self.quorum) {
             return Ok(Ownership::Ours);
         }
-        if foreign >= self.quorum {
-            return Ok(Ownership::Foreign);
+        if taken_over >= self.quorum {
+            return Ok(Ownership::TakenOver);
         }
-        if ours + gone + foreign >= self.quorum {
+        if ours + gone + taken_over >= self.quorum {
             return Ok(Ownership::Gone);
         }
         Err(summarize(
@@ -694,7 +694,7 @@ impl RedlockEngine {
                 self.tally(batch.len(), answers).iter().any(|tally| {
                     matches!(
                         self.verdict(*tally),
-                        Some(Ownership::Gone | Ownership::Foreign)
+                        Some(Ownership::Gone | Ownership::TakenOver)
                     )
                 })
             },

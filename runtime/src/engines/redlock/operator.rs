@@ -55,7 +55,7 @@ impl RedlockEngine {
         let answers = fan_out(
             &self.masters,
             self.master_timeout * OPERATOR_PATIENCE,
-            |master| master.node.force_unlock(&names, self.fence_counter_ttl),
+            |master| master.node.force_unlock(&names, self.marker_ttl),
             all,
         )
         .await;

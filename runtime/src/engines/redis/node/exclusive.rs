@@ -145,12 +145,12 @@ fn acquired(lock: &str, answer: Acquire, next: Option<Duration>) -> EngineResult
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
 /// enough for a notification and an acquire round trip on a busy machine, short enough that a
 /// notified waiter that vanished leaves the lock idle only briefly.
-pub(crate) const HANDOFF_WINDOW: Duration = Duration::from_millis(10);
+pub(crate) const RESERVATION_WINDOW: Duration = Duration::from_millis(10);
 
-/// The handoff window in force: [`HANDOFF_WINDOW`], unless a test hook set another.
-pub(crate) fn handoff_window(hooks: &crate::hooks::SharedHooks) -> Duration {
-    match crate::hooks::read(hooks).handoff_window {
-        Duration::ZERO => HANDOFF_WINDOW,
+/// The reservation window in force: [`RESERVATION_WINDOW`], unless a test hook set another.
+pub(crate) fn reservation_window(hooks: &crate::hooks::SharedHooks) -> Duration {
+    match crate::hooks::read(hooks).reservation_window {
+        Duration::ZERO => RESERVATION_WINDOW,
         set => set,
     }
 }
@@ -310,7 +310,7 @@ impl Node {
         }
         // The marker keeps the token granted (and taken back) as the one the next must exceed.
         let released = self
-            .release_by_script(&granted, ack.marker_ttl, HANDOFF_WINDOW)
+            .release_by_script(&granted, ack.marker_ttl, RESERVATION_WINDOW)
             .await;
         let unreplicated = Acquired::Unreplicated {
             acknowledged,
@@ -365,7 +365,7 @@ impl Node {
     }
 
     /// Releases one lock: free it if `owner` holds it, leaving its token as a marker for
-    /// `fence_counter_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
+    /// `marker_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
     ///
     /// # Cancel safety
     /// As [`release_calls`](Self::release_calls).
@@ -374,14 +374,14 @@ impl Node {
         names: &KeyNames,
         owner: &Owner,
         granted: GrantedAs,
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let item = ReleaseCall {
             granted,
             ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
-        self.release_call(item, fence_counter_ttl, handoff_window)
+        self.release_call(item, marker_ttl, reservation_window)
             .await
     }
 
@@ -395,14 +395,14 @@ impl Node {
         &self,
         names: &KeyNames,
         owner: &Owner,
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let item = ReleaseCall {
             keeps_place: true,
             ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
-        self.release_call(item, fence_counter_ttl, handoff_window)
+        self.release_call(item, marker_ttl, reservation_window)
             .await
     }
 
@@ -417,14 +417,14 @@ impl Node {
         names: &KeyNames,
         owner: &Owner,
         successor: &Successor,
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let item = ReleaseCall {
             successor: Some(successor.clone()),
             ..ReleaseCall::plain(names.lock.clone(), owner.clone())
         };
-        self.release_call(item, fence_counter_ttl, handoff_window)
+        self.release_call(item, marker_ttl, reservation_window)
             .await
     }
 
@@ -435,15 +435,11 @@ impl Node {
     async fn release_call(
         &self,
         item: ReleaseCall,
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let mut answers = self
-            .release_calls(
-                std::slice::from_ref(&item),
-                fence_counter_ttl,
-                handoff_window,
-            )
+            .release_calls(std::slice::from_ref(&item), marker_ttl, reservation_window)
             .await?;
         answers
             .pop()
@@ -463,8 +459,8 @@ impl Node {
     pub(crate) async fn release_calls(
         &self,
         items: &[ReleaseCall],
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         // By index: the locks a conditional write may release, with their tokens, and the rest.
         let (mut quiet, mut scripted): (Vec<(usize, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
@@ -480,13 +476,13 @@ impl Node {
         }
         if quiet.is_empty() {
             return self
-                .release_by_script(items, fence_counter_ttl, handoff_window)
+                .release_by_script(items, marker_ttl, reservation_window)
                 .await;
         }
         let bound = self.connection().await?;
         if !bound.conditional_set.usable() {
             return self
-                .release_by_script(items, fence_counter_ttl, handoff_window)
+                .release_by_script(items, marker_ttl, reservation_window)
                 .await;
         }
         let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
@@ -498,18 +494,18 @@ impl Node {
                 *fence,
                 &item.owner,
                 &self.label,
-                fence_counter_ttl,
+                marker_ttl,
             ));
         }
-        let marker_ttl = millis(fence_counter_ttl);
-        let window = millis(handoff_window);
+        let marker_ms = millis(marker_ttl);
+        let window = millis(reservation_window);
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
             let owners: Vec<_> = scripted
                 .iter()
                 .map(|i| items[*i].script_arg(self.grant_time))
                 .collect();
-            let args = self.release_args(&owners, &marker_ttl, &window);
+            let args = self.release_args(&owners, &marker_ms, &window);
             pipe.add_command(RELEASE.evalsha(&keys, &args));
         }
         let mut conn = bound.conn.clone();
@@ -552,7 +548,7 @@ impl Node {
         if !rest.is_empty() {
             let pending: Vec<ReleaseCall> = rest.iter().map(|i| items[*i].clone()).collect();
             let again = self
-                .release_by_script(&pending, fence_counter_ttl, handoff_window)
+                .release_by_script(&pending, marker_ttl, reservation_window)
                 .await
                 .map_err(|mut failure| {
                     // The batch's other locks were released: to their callers the failure must
@@ -595,11 +591,11 @@ impl Node {
     fn release_args<'a>(
         &'a self,
         owners: &'a [std::borrow::Cow<'a, [u8]>],
-        marker_ttl: &'a [u8],
+        marker_ms: &'a [u8],
         window: &'a [u8],
     ) -> Vec<&'a [u8]> {
         let mut args: Vec<&[u8]> = Vec::with_capacity(5 + owners.len());
-        args.push(marker_ttl);
+        args.push(marker_ms);
         args.push(window);
         args.push(self.publish.as_bytes());
         args.push(self.usable_handover_channel().unwrap_or("").as_bytes());
@@ -609,7 +605,7 @@ impl Node {
     }
 
     /// `release.lua` for every one of `items` (locks already prefixed): one answer each. A lock
-    /// that was waited on is left to the waiters it notifies for `handoff_window`; one that was
+    /// that was waited on is left to the waiters it notifies for `reservation_window`; one that was
     /// not, and names a successor, is transferred to it.
     ///
     /// # Cancel safety
@@ -619,17 +615,17 @@ impl Node {
     pub(crate) async fn release_by_script(
         &self,
         items: &[ReleaseCall],
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let owners: Vec<_> = items
             .iter()
             .map(|item| item.script_arg(self.grant_time))
             .collect();
-        let marker_ttl = millis(fence_counter_ttl);
-        let window = millis(handoff_window);
-        let args = self.release_args(&owners, &marker_ttl, &window);
+        let marker_ms = millis(marker_ttl);
+        let window = millis(reservation_window);
+        let args = self.release_args(&owners, &marker_ms, &window);
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
         release_replies(codes, items.iter(), self.grant_time)
     }
@@ -711,7 +707,7 @@ fn release_replies<'a>(
                 Release::Released | Release::HandedOver => ReleaseReply::Found(Ownership::Ours),
                 Release::ReleasedUnannounced => ReleaseReply::ReleasedUnannounced,
                 Release::Expired => ReleaseReply::Found(Ownership::Gone),
-                Release::TakenOver => ReleaseReply::Found(Ownership::Foreign),
+                Release::TakenOver => ReleaseReply::Found(Ownership::TakenOver),
                 Release::Transferred { token } => ReleaseReply::Transferred { fence: token },
                 Release::HandedOverSuccessorQueued => match (&call.successor, grant_time) {
                     (Some(successor), Some(grant)) => ReleaseReply::Queued {

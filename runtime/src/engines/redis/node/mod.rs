@@ -39,8 +39,8 @@ mod renewal;
 mod shared;
 
 pub(crate) use exclusive::{
-    handoff_window, report_refused_publish, settle_release, settle_transfer, LockCall, Place,
-    ReleaseCall, ReleaseReply, HANDOFF_WINDOW,
+    report_refused_publish, reservation_window, settle_release, settle_transfer, LockCall, Place,
+    ReleaseCall, ReleaseReply, RESERVATION_WINDOW,
 };
 
 /// Replica acknowledgement: the writes that grant or renew a lock are confirmed by this many
@@ -49,7 +49,7 @@ pub(crate) use exclusive::{
 pub(crate) struct ReplicaAck {
     pub(crate) replicas: u32,
     pub(crate) timeout: Duration,
-    /// How long the marker of a grant taken back stays (the backend's `fence_counter_ttl`).
+    /// How long the marker of a grant taken back stays (the backend's `marker_ttl`).
     pub(crate) marker_ttl: Duration,
 }
 

@@ -96,6 +96,6 @@ fn renewed(code: i64) -> EngineResult<Ownership> {
     Ok(match Renew::decode(code)? {
         Renew::Renewed => Ownership::Ours,
         Renew::Gone => Ownership::Gone,
-        Renew::TakenOver => Ownership::Foreign,
+        Renew::TakenOver => Ownership::TakenOver,
     })
 }

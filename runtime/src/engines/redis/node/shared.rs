@@ -95,14 +95,14 @@ impl Node {
         &self,
         lock: &str,
         owner: &Owner,
-        fence_counter_ttl: Duration,
-        handoff_window: Duration,
+        marker_ttl: Duration,
+        reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
         let holders = crate::key::holders_of(lock);
         let member = self.member(owner);
-        let marker_ttl = millis(fence_counter_ttl);
-        let window = millis(handoff_window);
-        let args: [&[u8]; 4] = [&member, &marker_ttl, &window, self.publish.as_bytes()];
+        let marker_ms = millis(marker_ttl);
+        let window = millis(reservation_window);
+        let args: [&[u8]; 4] = [&member, &marker_ms, &window, self.publish.as_bytes()];
         let code: i64 = self
             .invoke(&SHARED_RELEASE, &[lock, &holders], &args)
             .await?;
