@@ -8,6 +8,9 @@
 //! attribute is reported in the same build, and on any error the function is emitted unchanged
 //! beside the errors, so the rest of the crate keeps type-checking.
 
+// Every function reads top to bottom in one screen (the threshold is in clippy.toml).
+#![warn(clippy::too_many_lines)]
+
 mod args;
 mod duration;
 mod errors;

@@ -36,71 +36,118 @@ pub(crate) struct Problem {
 
 /// Splits template text into pieces. Every problem is reported, not only the first.
 pub(crate) fn parse(text: &str) -> Result<Vec<Piece>, Vec<Problem>> {
-    let mut problems = Vec::new();
     if text.is_empty() {
-        problems.push(Problem {
+        return Err(vec![Problem {
             range: 0..0,
             message:
                 "empty key template; expected text and placeholders, such as `order:<order.id>`"
                     .into(),
-        });
-        return Err(problems);
+        }]);
     }
-
-    let mut pieces = Vec::new();
-    let mut literal = String::new();
-    let mut reported_brace = false;
-    let mut reported_control = false;
-    let bytes = text.as_bytes();
+    let mut scan = Scan::default();
     let mut at = 0;
     // All delimiters are ASCII, so every index the scan stops at is a char boundary.
     while at < text.len() {
-        match bytes[at] {
-            b'<' => {
-                let rest = &text[at + 1..];
-                match rest.find(['<', '>']) {
-                    Some(end) if rest.as_bytes()[end] == b'>' => {
-                        let range = at..at + 1 + end + 1;
-                        let inner = &rest[..end];
-                        match placeholder_path(inner) {
-                            Ok(path) => {
-                                if !literal.is_empty() {
-                                    pieces.push(Piece::Text(std::mem::take(&mut literal)));
-                                }
-                                pieces.push(Piece::Placeholder { path, range: range.clone() });
-                            }
-                            Err(message) => problems.push(Problem { range: range.clone(), message }),
+        if text.as_bytes()[at] == b'<' {
+            if let Some(end) = scan.placeholder(text, at) {
+                at = end;
+                continue;
+            }
+        } else {
+            scan.check_character(text, at);
+        }
+        let len = text[at..].chars().next().map_or(1, char::len_utf8);
+        scan.literal.push_str(&text[at..at + len]);
+        at += len;
+    }
+    let Scan {
+        mut pieces,
+        literal,
+        mut problems,
+        ..
+    } = scan;
+    if !literal.is_empty() {
+        pieces.push(Piece::Text(literal));
+    }
+    check_separators(&pieces, &mut problems);
+    if problems.is_empty() {
+        Ok(pieces)
+    } else {
+        Err(problems)
+    }
+}
+
+/// What [`parse`] has found so far.
+#[derive(Default)]
+struct Scan {
+    pieces: Vec<Piece>,
+    /// Text since the last placeholder.
+    literal: String,
+    problems: Vec<Problem>,
+    /// A brace, and a control character, are reported once per template.
+    reported_brace: bool,
+    reported_control: bool,
+}
+
+impl Scan {
+    /// The placeholder that starts with the `<` at `at`: where the scan goes on after it, or
+    /// `None` when that `<` is unclosed (reported; the scan goes on at the next character).
+    fn placeholder(&mut self, text: &str, at: usize) -> Option<usize> {
+        let rest = &text[at + 1..];
+        match rest.find(['<', '>']) {
+            Some(end) if rest.as_bytes()[end] == b'>' => {
+                let range = at..at + 1 + end + 1;
+                match placeholder_path(&rest[..end]) {
+                    Ok(path) => {
+                        if !self.literal.is_empty() {
+                            self.pieces
+                                .push(Piece::Text(std::mem::take(&mut self.literal)));
                         }
-                        at = range.end;
-                        continue;
-                    }
-                    // A second `<` before any `>`: this one is unclosed; rescan from the next one.
-                    _ => {
-                        problems.push(Problem {
-                            range: at..at + 1,
-                            message: "unclosed `<` in key template; a placeholder ends with `>`, such as `<order.id>`"
-                                .into(),
+                        self.pieces.push(Piece::Placeholder {
+                            path,
+                            range: range.clone(),
                         });
                     }
+                    Err(message) => self.problems.push(Problem {
+                        range: range.clone(),
+                        message,
+                    }),
                 }
+                Some(range.end)
             }
-            b'>' => problems.push(Problem {
+            // A second `<` before any `>`: this one is unclosed; rescan from the next one.
+            _ => {
+                self.problems.push(Problem {
+                    range: at..at + 1,
+                    message: "unclosed `<` in key template; a placeholder ends with `>`, such as `<order.id>`"
+                        .into(),
+                });
+                None
+            }
+        }
+    }
+
+    /// Reports the character at `at` if a key cannot hold it: `>` outside a placeholder,
+    /// braces, control characters.
+    fn check_character(&mut self, text: &str, at: usize) {
+        match text.as_bytes()[at] {
+            b'>' => self.problems.push(Problem {
                 range: at..at + 1,
                 message: "unmatched `>` in key template; `>` only closes a placeholder, such as `<order.id>`".into(),
             }),
-            b'{' | b'}' if !reported_brace => {
-                reported_brace = true;
-                problems.push(Problem {
+            b'{' | b'}' if !self.reported_brace => {
+                self.reported_brace = true;
+                self.problems.push(Problem {
                     range: at..at + 1,
                     message: "key templates cannot contain `{` or `}`; the runtime adds the Redis Cluster hash \
                               tag itself, so write the key without braces"
                         .into(),
                 });
             }
-            _ if !reported_control && text[at..].starts_with(char::is_control) => {
-                reported_control = true;
+            _ if !self.reported_control && text[at..].starts_with(char::is_control) => {
+                self.reported_control = true;
                 let control = text[at..].chars().next().unwrap_or_default();
-                problems.push(Problem {
+                self.problems.push(Problem {
                     range: at..at + control.len_utf8(),
                     message: format!(
                         "key templates cannot contain control characters such as `{}`; the runtime rejects \
@@ -111,19 +158,6 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Piece>, Vec<Problem>> {
             }
             _ => {}
         }
-        let len = text[at..].chars().next().map_or(1, char::len_utf8);
-        literal.push_str(&text[at..at + len]);
-        at += len;
-    }
-    if !literal.is_empty() {
-        pieces.push(Piece::Text(literal));
-    }
-
-    check_separators(&pieces, &mut problems);
-    if problems.is_empty() {
-        Ok(pieces)
-    } else {
-        Err(problems)
     }
 }
 

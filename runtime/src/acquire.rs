@@ -7,7 +7,7 @@
 
 use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
-use crate::engine::{Acquired, Asker};
+use crate::engine::{Acquired, Asker, EngineFailure};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
 use crate::kind::{LockKind, WRITER_RETRY};
@@ -156,20 +156,19 @@ impl Request<'_> {
         mut attempt: Attempt<'_>,
         mut placed: Option<(Instant, Duration)>,
     ) -> Result<Arc<HeldLease>, LockError> {
-        let inner = &self.backend.inner;
-        let engine = &*inner.engine;
-        // Made on the first busy reply or failure.
-        let mut waiting: Option<(Backoff, TestHooks)> = None;
-        let mut attempts = 0u32;
-        let mut failed_in_a_row = 0u32;
-        let mut subscribed_since_last_wait = false;
+        let stats = &self.backend.inner.stats;
         // A caller with no wait budget tries once; one that waits becomes `Waiting` at its first
         // busy reply, and a lock released to notified waiters is then its as much as theirs.
         let asked_at_once = placed.is_none();
-        let mut asker = if self.remaining() == Some(Duration::ZERO) {
-            Asker::Once
-        } else {
-            Asker::WillWait
+        let mut state = Contention {
+            waiting: None,
+            attempts: 0,
+            failed_in_a_row: 0,
+            subscribed_since_last_wait: false,
+            asker: match self.remaining() {
+                Some(Duration::ZERO) => Asker::Once,
+                _ => Asker::WillWait,
+            },
         };
         loop {
             // Before the request: its reply may queue this attempt, and the
@@ -187,38 +186,16 @@ impl Request<'_> {
                     };
                     (Ok(answer), since)
                 }
-                None => {
-                    attempts += 1;
-                    let sent_at = Instant::now();
-                    attempt.in_flight = true;
-                    let outcome = engine
-                        .acquire(
-                            &attempt.key,
-                            &attempt.owner,
-                            self.terms.ttl,
-                            asker,
-                            self.terms.kind,
-                        )
-                        .await;
-                    #[cfg(feature = "__test-hooks")]
-                    {
-                        let delay = hooks::read(&inner.hooks).acquire_reply_delay;
-                        if !delay.is_zero() {
-                            tokio::time::sleep(delay).await;
-                        }
-                    }
-                    attempt.in_flight = false;
-                    (outcome, sent_at)
-                }
+                None => self.ask(&mut attempt, &mut state).await,
             };
             let span = tracing::Span::current();
-            span.record("attempts", attempts);
+            span.record("attempts", state.attempts);
             span.record("waited_us", self.started.elapsed().as_micros() as u64);
             match outcome {
                 Ok(Acquired::Yes { fence }) => {
-                    Stats::bump(&inner.stats.acquired);
+                    Stats::bump(&stats.acquired);
                     // A first try's grant, unless this attempt was queued before it asked.
-                    let first_try = attempts == 1 && asked_at_once;
+                    let first_try = state.attempts == 1 && asked_at_once;
                     return Ok(attempt.claim(self, fence, sent_at, first_try));
                 }
                 Ok(Acquired::Unreplicated {
@@ -235,125 +212,260 @@ impl Request<'_> {
                     });
                 }
                 Ok(Acquired::Busy {
-                    ttl: holder_ttl,
+                    ttl,
                     reserved,
                     next,
                     anew,
                 }) => {
                     if asked {
-                        Stats::bump(&inner.stats.busy_replies);
+                        Stats::bump(&stats.busy_replies);
                     }
-                    if anew && attempt.next.is_some() {
-                        // Queued before, and the place is gone: a handover made to it lapsed
-                        // unclaimed (or it lapsed itself), and a message of it that comes late
-                        // would be trusted from this request's send time, which may be after
-                        // the handover. Handovers are confirmed by asking from now on.
-                        attempt.distrusts_handovers = true;
-                    }
-                    if let Some(grant) = next {
-                        // Queued: a release hands the lock over to this attempt when its turn comes.
-                        attempt.next = Some((sent_at, grant));
-                    }
-                    asker = Asker::Waiting;
-                    failed_in_a_row = 0;
-                    let remaining = self.remaining();
-                    if remaining == Some(Duration::ZERO) {
-                        return Err(self.busy(attempt.key.clone()));
-                    }
-                    attempt.waiting_gauge.start();
-                    let (backoff, hooks) = waiting.get_or_insert_with(|| start_waiting(inner));
-                    let confirmed = attempt
-                        .watch_slot()
-                        .as_ref()
-                        .is_some_and(|watch| watch.is_confirmed());
-                    if !confirmed && !subscribed_since_last_wait {
-                        // Subscribe, then check again: a release between the busy reply above
-                        // and the subscription is caught by the re-check. (The new watch is
-                        // registered before the old one, if any, is dropped.)
-                        if !hooks.subscribe_delay.is_zero() {
-                            tokio::time::sleep(hooks.subscribe_delay).await;
-                        }
-                        let watch = engine
-                            .watch(&attempt.key)
-                            .await
-                            .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
-                        *attempt.watch_slot() = Some(watch);
-                        // A reserved lock is waited for without another request first.
-                        attempt.expect_handover();
-                        subscribed_since_last_wait = true;
-                        // A reserved lock is not re-checked now: that would take it from the
-                        // waiters it is reserved for. A release that slips by before the
-                        // subscription (a notified waiter's short hold) costs at most the rest
-                        // of the reservation, when this caller looks again.
-                        if !reserved {
-                            continue;
-                        }
-                    }
-                    // An unconfirmed subscription (the server did not answer) is retried once
-                    // per backoff period, never in a tight loop.
-                    subscribed_since_last_wait = false;
-                    // A lock left to the waiters a release notified is theirs until the
-                    // reservation ends: wait exactly that long (or for a notification), not a
-                    // jittered backoff, whose short sleeps would let this caller — a waiter from
-                    // now on — take it from them.
-                    let delay = match (reserved, holder_ttl, attempt.next) {
-                        (true, Some(left), _) => remaining.map_or(left, |budget| left.min(budget)),
-                        // Queued: the release's message (or notification) is what wakes it; it
-                        // asks again only to keep its place, or when the lock may be free.
-                        (false, _, Some((_, grant))) => keep_place(grant, holder_ttl, remaining),
-                        _ => backoff.next_delay(remaining, holder_ttl),
+                    let busy = Busy {
+                        holder_ttl: ttl,
+                        reserved,
+                        next,
+                        anew,
+                        sent_at,
                     };
-                    // A waiting writer renews its intent (new readers queue behind it) at each
-                    // try: it tries again before the intent lapses, whatever `max_backoff` says.
-                    let delay = match self.terms.kind {
-                        LockKind::Exclusive => delay.min(WRITER_RETRY),
-                        _ => delay,
-                    };
-                    let watch = attempt.watch_slot().as_mut().expect("subscribed above");
-                    tokio::select! {
-                        () = watch.released() => {}
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                    if let Some(fence) = attempt.handed_over_fence() {
-                        if let Some(lease) = attempt.take_handover(self, fence) {
-                            Stats::bump(&inner.stats.acquired);
-                            Stats::bump(&inner.stats.handed_over);
-                            return Ok(lease);
-                        }
-                        // Too late to rely on: asking again confirms it (the lock is ours).
+                    if let Some(lease) = self.on_busy(&mut attempt, &mut state, busy).await? {
+                        return Ok(lease);
                     }
                 }
-                Err(failure) => {
-                    failed_in_a_row += 1;
-                    attempt.reply_lost |= failure.ambiguous;
-                    tracing::debug!(
-                        target: "distlock::acquire",
-                        attempt = attempts,
-                        ambiguous = failure.ambiguous,
-                        error = %failure.source,
-                        "acquire round trip failed"
-                    );
-                    // A lost reply is retried at once with the same owner — it costs a round
-                    // trip, never a wait or a second token — up to MAX_FAILED_ATTEMPTS in a row,
-                    // even past the wait budget. Beyond that, failures (a server down, a quorum
-                    // lost for a moment) are retried after a backoff while the wait budget
-                    // lasts, and the call ends with the error when it is spent.
-                    let retry_at_once = failure.ambiguous && failed_in_a_row < MAX_FAILED_ATTEMPTS;
-                    if retry_at_once {
-                        continue;
-                    }
-                    let remaining = self.remaining();
-                    if remaining == Some(Duration::ZERO) {
-                        // Dropping `attempt` releases whatever a lost reply may have taken.
-                        return Err(self.backend.backend_error("acquire", failure));
-                    }
-                    attempt.waiting_gauge.start();
-                    let (backoff, _) = waiting.get_or_insert_with(|| start_waiting(inner));
-                    tokio::time::sleep(backoff.next_delay(remaining, None)).await;
-                }
+                Err(failure) => self.on_failure(&mut attempt, &mut state, failure).await?,
             }
         }
     }
+
+    /// Sends one acquire request: its outcome and when it was sent.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves `attempt.in_flight` set: the attempt, dropped with it,
+    /// releases in the background whatever the request may have taken.
+    async fn ask(
+        &self,
+        attempt: &mut Attempt<'_>,
+        state: &mut Contention,
+    ) -> (Result<Acquired, EngineFailure>, Instant) {
+        state.attempts += 1;
+        let sent_at = Instant::now();
+        attempt.in_flight = true;
+        let outcome = self
+            .backend
+            .inner
+            .engine
+            .acquire(
+                &attempt.key,
+                &attempt.owner,
+                self.terms.ttl,
+                state.asker,
+                self.terms.kind,
+            )
+            .await;
+        #[cfg(feature = "__test-hooks")]
+        {
+            let delay = hooks::read(&self.backend.inner.hooks).acquire_reply_delay;
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+        }
+        attempt.in_flight = false;
+        (outcome, sent_at)
+    }
+
+    /// After a busy reply: waits for a release, a handover or the time to ask again.
+    /// `Ok(Some)`: the lock was handed over meanwhile; `Ok(None)`: ask again.
+    ///
+    /// # Cancel safety
+    /// Dropping the future while it subscribes or waits drops nothing the caller holds: the
+    /// attempt, dropped with it, gives up whatever place and handover it has (see `contend`).
+    async fn on_busy(
+        &self,
+        attempt: &mut Attempt<'_>,
+        state: &mut Contention,
+        busy: Busy,
+    ) -> Result<Option<Arc<HeldLease>>, LockError> {
+        if busy.anew && attempt.next.is_some() {
+            // Queued before, and the place is gone: a handover made to it lapsed
+            // unclaimed (or it lapsed itself), and a message of it that comes late
+            // would be trusted from this request's send time, which may be after
+            // the handover. Handovers are confirmed by asking from now on.
+            attempt.distrusts_handovers = true;
+        }
+        if let Some(grant) = busy.next {
+            // Queued: a release hands the lock over to this attempt when its turn comes.
+            attempt.next = Some((busy.sent_at, grant));
+        }
+        state.asker = Asker::Waiting;
+        state.failed_in_a_row = 0;
+        let remaining = self.remaining();
+        if remaining == Some(Duration::ZERO) {
+            return Err(self.busy(attempt.key.clone()));
+        }
+        attempt.waiting_gauge.start();
+        let inner = &self.backend.inner;
+        state.waiting.get_or_insert_with(|| start_waiting(inner));
+        // A reserved lock is not re-checked after subscribing: that would take it from the
+        // waiters it is reserved for. A release that slips by before the subscription (a
+        // notified waiter's short hold) costs at most the rest of the reservation, when this
+        // caller looks again.
+        if self.subscribe(attempt, state).await? && !busy.reserved {
+            return Ok(None);
+        }
+        // An unconfirmed subscription (the server did not answer) is retried once
+        // per backoff period, never in a tight loop.
+        state.subscribed_since_last_wait = false;
+        let delay = self.wait_time(attempt, state, &busy, remaining);
+        let watch = attempt.watch_slot().as_mut().expect("subscribed above");
+        tokio::select! {
+            () = watch.released() => {}
+            () = tokio::time::sleep(delay) => {}
+        }
+        if let Some(fence) = attempt.handed_over_fence() {
+            if let Some(lease) = attempt.take_handover(self, fence) {
+                Stats::bump(&inner.stats.acquired);
+                Stats::bump(&inner.stats.handed_over);
+                return Ok(Some(lease));
+            }
+            // Too late to rely on: asking again confirms it (the lock is ours).
+        }
+        Ok(None)
+    }
+
+    /// Subscribes to the key's releases unless a confirmed subscription exists or one was made
+    /// since the last wait; `true` when it subscribed now (and the caller checks again: a
+    /// release between the busy reply and the subscription is caught by that re-check).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the subscription being made; the attempt keeps the one it had.
+    async fn subscribe(
+        &self,
+        attempt: &mut Attempt<'_>,
+        state: &mut Contention,
+    ) -> Result<bool, LockError> {
+        let confirmed = attempt
+            .watch_slot()
+            .as_ref()
+            .is_some_and(|watch| watch.is_confirmed());
+        if confirmed || state.subscribed_since_last_wait {
+            return Ok(false);
+        }
+        let delay = state
+            .waiting
+            .as_ref()
+            .map(|(_, hooks)| hooks.subscribe_delay);
+        if let Some(delay) = delay.filter(|delay| !delay.is_zero()) {
+            tokio::time::sleep(delay).await;
+        }
+        // The new watch is registered before the old one, if any, is dropped.
+        let watch = self
+            .backend
+            .inner
+            .engine
+            .watch(&attempt.key)
+            .await
+            .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
+        *attempt.watch_slot() = Some(watch);
+        // A reserved lock is waited for without another request first.
+        attempt.expect_handover();
+        state.subscribed_since_last_wait = true;
+        Ok(true)
+    }
+
+    /// How long a busy attempt waits before it asks again, unless a release or a handover
+    /// wakes it first.
+    fn wait_time(
+        &self,
+        attempt: &Attempt<'_>,
+        state: &mut Contention,
+        busy: &Busy,
+        remaining: Option<Duration>,
+    ) -> Duration {
+        let (backoff, _) = state.waiting.as_mut().expect("made before the first wait");
+        // A lock left to the waiters a release notified is theirs until the
+        // reservation ends: wait exactly that long (or for a notification), not a
+        // jittered backoff, whose short sleeps would let this caller — a waiter from
+        // now on — take it from them.
+        let delay = match (busy.reserved, busy.holder_ttl, attempt.next) {
+            (true, Some(left), _) => remaining.map_or(left, |budget| left.min(budget)),
+            // Queued: the release's message (or notification) is what wakes it; it
+            // asks again only to keep its place, or when the lock may be free.
+            (false, _, Some((_, grant))) => keep_place(grant, busy.holder_ttl, remaining),
+            _ => backoff.next_delay(remaining, busy.holder_ttl),
+        };
+        // A waiting writer renews its intent (new readers queue behind it) at each
+        // try: it tries again before the intent lapses, whatever `max_backoff` says.
+        match self.terms.kind {
+            LockKind::Exclusive => delay.min(WRITER_RETRY),
+            _ => delay,
+        }
+    }
+
+    /// After a failed round trip: `Ok` to ask again (at once, or after a backoff), `Err` when
+    /// the wait budget is spent.
+    ///
+    /// # Cancel safety
+    /// Dropping the future during its backoff drops the attempt with it (see `contend`).
+    async fn on_failure(
+        &self,
+        attempt: &mut Attempt<'_>,
+        state: &mut Contention,
+        failure: EngineFailure,
+    ) -> Result<(), LockError> {
+        state.failed_in_a_row += 1;
+        attempt.reply_lost |= failure.ambiguous;
+        tracing::debug!(
+            target: "distlock::acquire",
+            attempt = state.attempts,
+            ambiguous = failure.ambiguous,
+            error = %failure.source,
+            "acquire round trip failed"
+        );
+        // A lost reply is retried at once with the same owner — it costs a round
+        // trip, never a wait or a second token — up to MAX_FAILED_ATTEMPTS in a row,
+        // even past the wait budget. Beyond that, failures (a server down, a quorum
+        // lost for a moment) are retried after a backoff while the wait budget
+        // lasts, and the call ends with the error when it is spent.
+        if failure.ambiguous && state.failed_in_a_row < MAX_FAILED_ATTEMPTS {
+            return Ok(());
+        }
+        let remaining = self.remaining();
+        if remaining == Some(Duration::ZERO) {
+            // Dropping `attempt` releases whatever a lost reply may have taken.
+            return Err(self.backend.backend_error("acquire", failure));
+        }
+        attempt.waiting_gauge.start();
+        let inner = &self.backend.inner;
+        let (backoff, _) = state.waiting.get_or_insert_with(|| start_waiting(inner));
+        tokio::time::sleep(backoff.next_delay(remaining, None)).await;
+        Ok(())
+    }
+}
+
+/// The state of one call's contention for a key, across its requests.
+struct Contention {
+    /// Made on the first busy reply or failure.
+    waiting: Option<(Backoff, TestHooks)>,
+    /// Requests sent.
+    attempts: u32,
+    /// Failed round trips since the last reply.
+    failed_in_a_row: u32,
+    subscribed_since_last_wait: bool,
+    /// Who the next request says asks.
+    asker: Asker,
+}
+
+/// A busy reply, as `contend` handles it.
+struct Busy {
+    /// How long the holder keeps the lock (or a reservation lasts), when the server said.
+    holder_ttl: Option<Duration>,
+    /// Left to the waiters a release notified.
+    reserved: bool,
+    /// Queued, with this grant time.
+    next: Option<Duration>,
+    /// Queued with a new place.
+    anew: bool,
+    /// When the request was sent.
+    sent_at: Instant,
 }
 
 /// A handover is taken as it comes only with at least this much of its grant time left: enough

@@ -55,6 +55,8 @@
 //! metrics, and operations.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+// Every function reads top to bottom in one screen (the threshold is in clippy.toml).
+#![warn(clippy::too_many_lines)]
 
 mod acl;
 mod acquire;

@@ -1,19 +1,11 @@
 //! [`BackendBuilder`]: every setting of a backend, each with its default.
 
-use super::handle::{Backend, Settings, MIN_LEASE};
-use crate::engine::Engine;
-use crate::engines::in_process::InProcessEngine;
-use crate::engines::redis::cluster::{ClusterConfig, ClusterEngine};
-use crate::engines::redis::node::{ReplicaAck, Timeouts};
-use crate::engines::redis::single::{RedisConfig, RedisEngine};
+use super::handle::Backend;
+use super::spec::EngineSpec;
+use crate::engines::redis::node::Timeouts;
 use crate::engines::redis::tls::{read_pem, TlsFiles};
-use crate::engines::redlock::{quorum, RedlockConfig, RedlockEngine};
 use crate::error::LockError;
-use crate::hooks::SharedHooks;
-use crate::label::{check_label, default_label};
-use crate::redact::redact_url;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// [`BackendBuilder::local_batch`]'s default: a local transfer costs one round trip and a script,
@@ -39,7 +31,7 @@ impl Backend {
     /// # let _ = backend;
     /// ```
     pub fn builder(url: impl Into<String>) -> BackendBuilder {
-        BackendBuilder::new(url.into())
+        BackendBuilder::new(EngineSpec::from_url(&url.into()))
     }
 
     /// The in-process backend: the same semantics as Redis (TTL expiry, ownership, fencing,
@@ -57,7 +49,7 @@ impl Backend {
 
     /// A builder for the in-process backend, to adjust its settings.
     pub fn in_process_builder() -> BackendBuilder {
-        BackendBuilder::new("memory://".into())
+        BackendBuilder::new(Ok(EngineSpec::InProcess))
     }
 
     /// A builder for the primary a Sentinel group names as `master_name`, followed across
@@ -83,18 +75,7 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        // The name is the URL's path: characters that would end it are escaped.
-        let name: String = master_name
-            .chars()
-            .map(|c| match c {
-                '%' => "%25".to_owned(),
-                '/' => "%2F".to_owned(),
-                '?' => "%3F".to_owned(),
-                '#' => "%23".to_owned(),
-                c => c.to_string(),
-            })
-            .collect();
-        BackendBuilder::new(format!("redis-sentinel://{}/{name}", comma_list(sentinels)))
+        BackendBuilder::new(EngineSpec::sentinel(strings(sentinels), master_name))
     }
 
     /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
@@ -113,7 +94,7 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        BackendBuilder::new(format!("redis-cluster://{}", comma_list(nodes)))
+        BackendBuilder::new(EngineSpec::cluster(strings(nodes)))
     }
 
     /// A builder for Redlock over independent Redis masters, each a full `redis://` or
@@ -137,8 +118,9 @@ impl Backend {
         I: IntoIterator<Item = U>,
         U: Into<String>,
     {
-        let masters: Vec<String> = masters.into_iter().map(Into::into).collect();
-        BackendBuilder::new(masters.join(","))
+        BackendBuilder::new(EngineSpec::redlock(
+            masters.into_iter().map(Into::into).collect(),
+        ))
     }
 }
 
@@ -157,28 +139,29 @@ impl Backend {
 /// ```
 #[derive(Clone)]
 pub struct BackendBuilder {
-    url: String,
-    prefix: String,
-    watchdog_lease: Duration,
-    max_key_len: usize,
-    marker_ttl: Duration,
-    renew_batch: usize,
-    local_batch: Duration,
-    max_backoff: Duration,
-    drift_factor: f64,
-    timeouts: Timeouts,
+    /// The deployment, or what is wrong with it (reported by `build`).
+    pub(super) spec: Result<EngineSpec, (String, String)>,
+    pub(super) prefix: String,
+    pub(super) watchdog_lease: Duration,
+    pub(super) max_key_len: usize,
+    pub(super) marker_ttl: Duration,
+    pub(super) renew_batch: usize,
+    pub(super) local_batch: Duration,
+    pub(super) max_backoff: Duration,
+    pub(super) drift_factor: f64,
+    pub(super) timeouts: Timeouts,
     /// Redlock only: how long one master may take; `None` until set (default 50 ms).
-    master_timeout: Option<Duration>,
+    pub(super) master_timeout: Option<Duration>,
     /// Replicas that must acknowledge a grant or renewal; 0: none.
-    min_replicas: u32,
+    pub(super) min_replicas: u32,
     /// How long to wait for them; `None` until set (default 200 ms, or a quarter of the lease TTL
     /// when that is less).
-    replica_timeout: Option<Duration>,
+    pub(super) replica_timeout: Option<Duration>,
     /// `None` until set: `hostname:pid`.
-    holder_label: Option<String>,
-    tls: TlsFiles,
+    pub(super) holder_label: Option<String>,
+    pub(super) tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
-    tls_error: Option<(&'static str, String)>,
+    pub(super) tls_error: Option<(&'static str, String)>,
 }
 
 /// The URL is shown without its password; certificates only as set or not.
@@ -186,13 +169,10 @@ impl std::fmt::Debug for BackendBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BackendBuilder")
             .field(
-                "url",
-                &masters(&self.url)
-                    .iter()
-                    .map(|url| redact_url(url))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                "deployment",
+                &self.spec.as_ref().map(|spec| spec.deployment()),
             )
+            .field("at", &self.spec.as_ref().map(|spec| spec.describe()))
             .field("prefix", &self.prefix)
             .field("watchdog_lease", &self.watchdog_lease)
             .field("max_key_len", &self.max_key_len)
@@ -212,9 +192,12 @@ impl std::fmt::Debug for BackendBuilder {
 }
 
 impl BackendBuilder {
-    pub(crate) fn new(url: String) -> Self {
+    fn new(spec: Result<EngineSpec, LockError>) -> Self {
         BackendBuilder {
-            url,
+            spec: spec.map_err(|err| match err {
+                LockError::InvalidConfig { setting, problem } => (setting, problem),
+                other => ("url".into(), other.to_string()),
+            }),
             prefix: "distlock".into(),
             watchdog_lease: Duration::from_secs(30),
             max_key_len: 512,
@@ -431,379 +414,6 @@ impl BackendBuilder {
         }
         self
     }
-
-    /// Checks every setting and builds the backend. Connections open lazily, on first use.
-    pub fn build(self) -> Result<Backend, LockError> {
-        if self.watchdog_lease < MIN_LEASE {
-            return Err(LockError::invalid_config(
-                "watchdog_lease",
-                format!(
-                    "is {}; it must be at least 100ms so renewal (every third of it) can keep up",
-                    humantime::format_duration(self.watchdog_lease)
-                ),
-            ));
-        }
-        validate_prefix(&self.prefix)?;
-        if self.max_key_len == 0 {
-            return Err(LockError::invalid_config(
-                "max_key_len",
-                "is 0; it must be at least 1",
-            ));
-        }
-        if self.renew_batch == 0 {
-            return Err(LockError::invalid_config(
-                "renew_batch",
-                "is 0; it must be at least 1",
-            ));
-        }
-        if self.max_backoff < Duration::from_millis(1) {
-            return Err(LockError::invalid_config(
-                "max_backoff",
-                "must be at least 1ms",
-            ));
-        }
-        if self.marker_ttl < Duration::from_millis(1) {
-            return Err(LockError::invalid_config(
-                "marker_ttl",
-                "must be at least 1ms",
-            ));
-        }
-        if !(0.0..=0.5).contains(&self.drift_factor) {
-            return Err(LockError::invalid_config(
-                "clock_drift_factor",
-                format!(
-                    "is {}; it must be between 0 and 0.5 (0.01 is Redlock's)",
-                    self.drift_factor
-                ),
-            ));
-        }
-        if let Some((setting, problem)) = self.tls_error {
-            return Err(LockError::invalid_config(setting, problem));
-        }
-        let holder_label = match &self.holder_label {
-            Some(label) => {
-                check_label(label)?;
-                label.clone()
-            }
-            None => default_label(),
-        };
-        let replica_ack = self.replica_ack()?;
-        let hooks = SharedHooks::default();
-        let masters = masters(&self.url);
-        if masters.len() > 1 && replica_ack.is_some() {
-            return Err(LockError::invalid_config(
-                "min_replicas",
-                format!(
-                    "is {} for Redlock; its masters are independent servers, each a vote, and \
-                     replica acknowledgement applies to one primary with replicas \
-                     (redis:// or redis-sentinel://). Set it to 0, or use one replicated primary",
-                    self.min_replicas
-                ),
-            ));
-        }
-        if masters.len() > 1 {
-            let engine = self.redlock_engine(&masters, hooks.clone(), &holder_label)?;
-            return Ok(Backend::assemble(engine, self.settings(), hooks, "redlock"));
-        }
-        if let Some(timeout) = self.master_timeout {
-            return Err(LockError::invalid_config(
-                "master_timeout",
-                format!(
-                    "is set ({}) but `{}` is one server; it applies to Redlock, over three or \
-                     more comma-separated master URLs",
-                    humantime::format_duration(timeout),
-                    redact_url(&self.url)
-                ),
-            ));
-        }
-        let (engine, kind): (Arc<dyn Engine>, &'static str) = match scheme(&self.url) {
-            Some("memory") if self.tls.ca.is_some() || self.tls.client.is_some() => {
-                return Err(LockError::invalid_config(
-                    "tls",
-                    "certificates are configured for the in-process backend (memory://), which \
-                     has no connection to secure; drop the TLS settings",
-                ))
-            }
-            Some("memory") if replica_ack.is_some() => {
-                return Err(LockError::invalid_config(
-                    "min_replicas",
-                    format!(
-                        "is {} for the in-process backend (memory://), which has no replicas; \
-                         set it to 0",
-                        self.min_replicas
-                    ),
-                ))
-            }
-            Some("memory") => (
-                Arc::new(InProcessEngine::new(
-                    &self.prefix,
-                    self.marker_ttl,
-                    &holder_label,
-                )),
-                "in-process",
-            ),
-            Some("redis-cluster") if replica_ack.is_some() => {
-                return Err(LockError::invalid_config(
-                    "min_replicas",
-                    format!(
-                        "is {} for a Redis Cluster; replica acknowledgement is not supported \
-                         there yet. Set it to 0",
-                        self.min_replicas
-                    ),
-                ))
-            }
-            Some("redis-cluster") if self.tls.ca.is_some() || self.tls.client.is_some() => {
-                return Err(LockError::invalid_config(
-                    "tls",
-                    "certificates are configured for a redis-cluster:// URL; TLS to cluster \
-                     nodes is not supported yet. Drop the TLS settings",
-                ))
-            }
-            Some("redis-cluster") => (
-                Arc::new(ClusterEngine::open(ClusterConfig {
-                    url: &self.url,
-                    prefix: &self.prefix,
-                    marker_ttl: self.marker_ttl,
-                    timeouts: self.timeouts,
-                    hooks: hooks.clone(),
-                    holder_label: &holder_label,
-                    handover_grant: crate::policy::handover_grant(self.max_backoff),
-                })?),
-                "cluster",
-            ),
-            Some("redis-sentinel") if self.tls.ca.is_some() || self.tls.client.is_some() => {
-                return Err(LockError::invalid_config(
-                    "tls",
-                    "certificates are configured for a redis-sentinel:// URL; TLS to sentinels \
-                     and the primary they name is not supported yet. Drop the TLS settings, or \
-                     point rediss:// at the primary's stable address",
-                ))
-            }
-            Some(scheme @ ("redis" | "rediss" | "unix" | "redis+unix" | "redis-sentinel")) => (
-                Arc::new(RedisEngine::open(RedisConfig {
-                    url: &self.url,
-                    prefix: &self.prefix,
-                    marker_ttl: self.marker_ttl,
-                    timeouts: self.timeouts,
-                    tls: &self.tls,
-                    hooks: hooks.clone(),
-                    replica_ack,
-                    holder_label: &holder_label,
-                    handover_grant: crate::policy::handover_grant(self.max_backoff),
-                })?),
-                if scheme == "redis-sentinel" {
-                    "sentinel"
-                } else {
-                    "redis"
-                },
-            ),
-            _ => {
-                return Err(LockError::invalid_config(
-                    "url",
-                    format!(
-                        "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
-                         unix:///path/to/socket, redis-sentinel://host:port,…/MASTER_NAME, \
-                         redis-cluster://host:port,…, memory://, or three or more \
-                         comma-separated redis:// URLs for Redlock",
-                        redact_url(&self.url)
-                    ),
-                ))
-            }
-        };
-        let settings = self.settings();
-        Ok(Backend::assemble(engine, settings, hooks, kind))
-    }
-
-    /// The replica acknowledgement settings, checked; `None` when off.
-    fn replica_ack(&self) -> Result<Option<ReplicaAck>, LockError> {
-        if self.min_replicas == 0 {
-            return match self.replica_timeout {
-                Some(timeout) => Err(LockError::invalid_config(
-                    "replica_timeout",
-                    format!(
-                        "is set ({}) but min_replicas is 0, so nothing waits for replicas; set \
-                         min_replicas too, or drop replica_timeout",
-                        humantime::format_duration(timeout)
-                    ),
-                )),
-                None => Ok(None),
-            };
-        }
-        let timeout = self
-            .replica_timeout
-            .unwrap_or_else(|| Duration::from_millis(200).min(self.watchdog_lease / 4));
-        let which = match self.replica_timeout {
-            Some(_) => "",
-            None => " (the default: 200ms, or a quarter of watchdog_lease)",
-        };
-        if timeout < Duration::from_millis(1)
-            || timeout >= self.timeouts.response
-            || timeout * 3 >= self.watchdog_lease
-        {
-            return Err(LockError::invalid_config(
-                "replica_timeout",
-                format!(
-                    "is {}{which}; it must be at least 1ms, less than response_timeout ({}) so \
-                     the WAIT answers before the reply counts as lost, and less than a third of \
-                     watchdog_lease ({})",
-                    humantime::format_duration(timeout),
-                    humantime::format_duration(self.timeouts.response),
-                    humantime::format_duration(self.watchdog_lease)
-                ),
-            ));
-        }
-        Ok(Some(ReplicaAck {
-            replicas: self.min_replicas,
-            timeout,
-            marker_ttl: self.marker_ttl,
-        }))
-    }
-
-    fn settings(&self) -> Settings {
-        Settings {
-            prefix: self.prefix.clone(),
-            watchdog_lease: self.watchdog_lease,
-            max_key_len: self.max_key_len,
-            renew_batch: self.renew_batch,
-            local_batch: self.local_batch,
-            max_backoff: self.max_backoff,
-            drift_factor: self.drift_factor,
-        }
-    }
-
-    fn redlock_engine(
-        &self,
-        masters: &[String],
-        hooks: SharedHooks,
-        holder_label: &str,
-    ) -> Result<Arc<dyn Engine>, LockError> {
-        let listed = || {
-            masters
-                .iter()
-                .map(|url| redact_url(url))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        if masters.len() < 3 {
-            return Err(LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` lists {} masters; Redlock needs at least 3 independent masters (3 or 5 \
-                     are the useful sizes), or give one URL for a single server",
-                    listed(),
-                    masters.len()
-                ),
-            ));
-        }
-        if let Some(bad) = masters.iter().find(|url| {
-            !matches!(
-                scheme(url),
-                Some("redis" | "rediss" | "unix" | "redis+unix")
-            )
-        }) {
-            return Err(LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` in `{}` is not a Redis URL; every Redlock master is a full redis:// \
-                     or rediss:// URL, with its own credentials",
-                    redact_url(bad),
-                    listed()
-                ),
-            ));
-        }
-        let master_timeout = self.master_timeout.unwrap_or(Duration::from_millis(50));
-        if master_timeout < Duration::from_millis(1) || master_timeout * 3 >= self.watchdog_lease {
-            return Err(LockError::invalid_config(
-                "master_timeout",
-                format!(
-                    "is {}; it must be at least 1ms and less than a third of watchdog_lease ({}), \
-                     so that a renewal round fits in its period",
-                    humantime::format_duration(master_timeout),
-                    humantime::format_duration(self.watchdog_lease)
-                ),
-            ));
-        }
-        let engine = RedlockEngine::open(RedlockConfig {
-            urls: masters,
-            prefix: &self.prefix,
-            marker_ttl: self.marker_ttl,
-            timeouts: self.timeouts,
-            master_timeout,
-            drift_factor: self.drift_factor,
-            tls: &self.tls,
-            hooks,
-            holder_label,
-            grant_time: crate::policy::handover_grant(self.max_backoff),
-        })?;
-        if let Some(twice) = engine.duplicate_master() {
-            return Err(LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` names the master {twice} twice; its vote would count twice, and \
-                     Redlock would not be a majority of independent masters",
-                    listed()
-                ),
-            ));
-        }
-        if masters.len().is_multiple_of(2) {
-            tracing::warn!(
-                target: "distlock::config",
-                masters = masters.len(),
-                quorum = quorum(masters.len()),
-                "Redlock over an even number of masters tolerates no more failures than one \
-                 master fewer; use an odd number (3 or 5)"
-            );
-        }
-        Ok(Arc::new(engine))
-    }
-}
-
-/// The URLs of a comma-separated list of masters (one URL: itself). A comma splits only where
-/// a new URL starts, so a percent-encoded or plain comma inside a password stays put.
-fn masters(url: &str) -> Vec<String> {
-    let mut masters = Vec::new();
-    let mut rest = url.trim();
-    loop {
-        let next = [
-            "redis://",
-            "rediss://",
-            "unix://",
-            "redis+unix://",
-            "redis-sentinel://",
-            "redis-cluster://",
-            "memory://",
-        ]
-        .iter()
-        .filter_map(|scheme| rest.find(&format!(",{scheme}")))
-        .min();
-        match next {
-            Some(at) => {
-                masters.push(rest[..at].trim().trim_end_matches(',').to_owned());
-                rest = rest[at + 1..].trim_start();
-            }
-            None => {
-                masters.push(rest.trim().trim_end_matches(',').trim().to_owned());
-                return masters;
-            }
-        }
-    }
-}
-
-/// `a,b,c`.
-fn comma_list<I, S>(items: I) -> String
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
-    let items: Vec<String> = items
-        .into_iter()
-        .map(|item| item.as_ref().to_owned())
-        .collect();
-    items.join(",")
-}
-
-fn scheme(url: &str) -> Option<&str> {
-    url.split_once("://").map(|(scheme, _)| scheme)
 }
 
 pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
@@ -826,4 +436,16 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
         ));
     }
     Ok(())
+}
+
+/// The items of a typed constructor's list, as strings.
+fn strings<I, S>(items: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    items
+        .into_iter()
+        .map(|item| item.as_ref().to_owned())
+        .collect()
 }

@@ -7,6 +7,7 @@ use super::keyspace::{Keyspace, Ttl};
 use crate::key::{channel_of, holders_of};
 use crate::kind::WRITER_INTENT;
 use crate::protocol::{Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State};
+use std::ops::ControlFlow;
 
 /// The queue's bound (`queue.lua`'s `QUEUE_BOUND`).
 const QUEUE_BOUND: usize = 1024;
@@ -189,111 +190,165 @@ pub(crate) fn acquire(
 }
 
 fn acquire_one(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> Acquire {
-    let (lock, owner, asker) = (&call.lock, &call.owner, call.asking.code);
-    let value = keys.get(lock);
+    let lock = &call.lock;
     let mut last = 0;
     let mut held_as = State::Held;
-    let mut answer: Option<Acquire> = None;
-    if let Some(value) = value.as_deref() {
-        let Some(parsed) = LockValue::parse(value) else {
+    if let Some(value) = keys.get(lock) {
+        let Some(parsed) = LockValue::parse(&value) else {
             return Acquire::ForeignValue;
         };
         last = parsed.token;
-        match parsed.state {
-            State::Free => {}
-            State::Permits | State::PermitsRefused => return Acquire::OtherKind,
-            State::ReadHeld | State::ReadHeldWriterWaits => {
-                let holders = holders_of(lock);
-                let now_ms = (keys.time_us() / 1000) as i64;
-                keys.zremrange_upto(&holders, now_ms);
-                if keys.zcard(&holders) > 0 {
-                    if asker != b'0' {
-                        let intent = keys.time_us() + WRITER_INTENT.as_micros() as u64;
-                        keys.set(lock, format!("S{last} {intent}"), Ttl::Keep);
-                    }
-                    answer = Some(Acquire::Busy {
-                        pttl: millis(keys.pttl(lock)),
-                    });
-                } else {
-                    keys.del(&holders);
-                    if parsed.state == State::ReadHeldWriterWaits {
-                        held_as = State::HeldWaitedOn;
-                    }
-                }
-            }
-            State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter => {
-                let until = parsed.until_us.unwrap_or(0);
-                let left = ms_left(until, keys.time_us());
-                if left > 0 {
-                    if asker == b'2' {
-                        if parsed.state != State::Reserved {
-                            held_as = State::HeldWaitedOn;
-                        }
-                    } else {
-                        if parsed.state == State::Reserved && asker == b'1' {
-                            keys.set_first(lock, State::ReservedTurnedAway.letter());
-                        }
-                        answer = Some(Acquire::Reserved { left: millis(left) });
-                    }
-                }
-            }
-            State::Held | State::HeldQueued | State::HeldWaitedOn => {
-                if parsed.owner == Some(owner.as_str()) {
-                    keys.pexpire(lock, call.ttl_ms);
-                    return Acquire::Granted {
-                        token: parsed.token,
-                    };
-                }
-                let pttl = millis(keys.pttl(lock));
-                let queued = match settings.grant_ms > 0 && asker != b'0' {
-                    true => queue_up(keys, settings, call),
-                    false => None,
-                };
-                if let Some(kept) = queued {
-                    if parsed.state == State::Held {
-                        keys.set_first(lock, State::HeldQueued.letter());
-                    }
-                    return Acquire::Queued { pttl, anew: !kept };
-                }
-                if parsed.state != State::HeldWaitedOn && asker != b'0' {
-                    keys.set_first(lock, State::HeldWaitedOn.letter());
-                }
-                return Acquire::Busy { pttl };
-            }
-        }
+        held_as = match found(keys, settings, call, &parsed) {
+            ControlFlow::Break(answer) => return answer,
+            ControlFlow::Continue(held_as) => held_as,
+        };
     }
-    if answer.is_none() && settings.grant_ms > 0 && queue_exists(keys, lock) {
-        match queue_head(keys, lock) {
-            Some((head, _)) if head == *owner => {
-                if call.asking.ticket.is_none() {
-                    pop_head(keys, lock, owner);
-                }
-                if held_as == State::Held && anyone_queued(keys, lock) {
-                    held_as = State::HeldQueued;
-                }
-            }
-            Some((head, _)) => {
-                let pttl = millis(keys.pttl(&entry_of(lock, &head)));
-                let queued = match asker != b'0' {
-                    true => queue_up(keys, settings, call),
-                    false => None,
-                };
-                answer = Some(match queued {
-                    Some(kept) => Acquire::Queued { pttl, anew: !kept },
-                    None => Acquire::Busy { pttl },
-                });
-            }
-            None => {}
-        }
-    }
-    if let Some(answer) = answer {
-        return answer;
+    if settings.grant_ms > 0 && queue_exists(keys, lock) {
+        held_as = match behind_the_queue(keys, settings, call, held_as) {
+            ControlFlow::Break(answer) => return answer,
+            ControlFlow::Continue(held_as) => held_as,
+        };
     }
     let token = next_fence(keys, last);
-    let value = LockValue::held(held_as, token, owner, settings.label.as_bytes());
+    let value = LockValue::held(held_as, token, &call.owner, settings.label.as_bytes());
     let value = String::from_utf8(value).expect("the label is text");
     keys.set(lock, value, Ttl::Px(call.ttl_ms));
     Acquire::Granted { token }
+}
+
+/// What the lock's value makes of an acquire: an answer, or the state it grants the lock in
+/// (unless the queue says otherwise).
+fn found(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    call: &AcquireCall,
+    parsed: &LockValue<'_>,
+) -> ControlFlow<Acquire, State> {
+    match parsed.state {
+        State::Free => ControlFlow::Continue(State::Held),
+        State::Permits | State::PermitsRefused => ControlFlow::Break(Acquire::OtherKind),
+        State::ReadHeld | State::ReadHeldWriterWaits => read_held(keys, call, parsed),
+        State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter => {
+            reserved(keys, call, parsed)
+        }
+        State::Held | State::HeldQueued | State::HeldWaitedOn => {
+            ControlFlow::Break(held(keys, settings, call, parsed))
+        }
+    }
+}
+
+/// Readers hold it: busy while any is left (a waiting writer records its intent); free, and
+/// waited on if a writer waited, when they are all gone.
+fn read_held(
+    keys: &mut Keyspace,
+    call: &AcquireCall,
+    parsed: &LockValue<'_>,
+) -> ControlFlow<Acquire, State> {
+    let (lock, last) = (&call.lock, parsed.token);
+    let holders = holders_of(lock);
+    let now_ms = (keys.time_us() / 1000) as i64;
+    keys.zremrange_upto(&holders, now_ms);
+    if keys.zcard(&holders) > 0 {
+        if call.asking.code != b'0' {
+            let intent = keys.time_us() + WRITER_INTENT.as_micros() as u64;
+            keys.set(lock, format!("S{last} {intent}"), Ttl::Keep);
+        }
+        return ControlFlow::Break(Acquire::Busy {
+            pttl: millis(keys.pttl(lock)),
+        });
+    }
+    keys.del(&holders);
+    ControlFlow::Continue(match parsed.state {
+        State::ReadHeldWriterWaits => State::HeldWaitedOn,
+        _ => State::Held,
+    })
+}
+
+/// Free, reserved for the waiters a release notified: theirs (and a waiter's) until it ends.
+fn reserved(
+    keys: &mut Keyspace,
+    call: &AcquireCall,
+    parsed: &LockValue<'_>,
+) -> ControlFlow<Acquire, State> {
+    let left = ms_left(parsed.until_us.unwrap_or(0), keys.time_us());
+    let asker = call.asking.code;
+    if left <= 0 {
+        return ControlFlow::Continue(State::Held);
+    }
+    if asker == b'2' {
+        return ControlFlow::Continue(match parsed.state {
+            State::Reserved => State::Held,
+            _ => State::HeldWaitedOn,
+        });
+    }
+    if parsed.state == State::Reserved && asker == b'1' {
+        keys.set_first(&call.lock, State::ReservedTurnedAway.letter());
+    }
+    ControlFlow::Break(Acquire::Reserved { left: millis(left) })
+}
+
+/// Held: ours (an idempotent retry), or busy — queued, or marked as waited on.
+fn held(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    call: &AcquireCall,
+    parsed: &LockValue<'_>,
+) -> Acquire {
+    let (lock, asker) = (&call.lock, call.asking.code);
+    if parsed.owner == Some(call.owner.as_str()) {
+        keys.pexpire(lock, call.ttl_ms);
+        return Acquire::Granted {
+            token: parsed.token,
+        };
+    }
+    let pttl = millis(keys.pttl(lock));
+    let queued = match settings.grant_ms > 0 && asker != b'0' {
+        true => queue_up(keys, settings, call),
+        false => None,
+    };
+    if let Some(kept) = queued {
+        if parsed.state == State::Held {
+            keys.set_first(lock, State::HeldQueued.letter());
+        }
+        return Acquire::Queued { pttl, anew: !kept };
+    }
+    if parsed.state != State::HeldWaitedOn && asker != b'0' {
+        keys.set_first(lock, State::HeldWaitedOn.letter());
+    }
+    Acquire::Busy { pttl }
+}
+
+/// Free, and waiters may be queued: the first of them takes it, the others wait behind.
+fn behind_the_queue(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    call: &AcquireCall,
+    mut held_as: State,
+) -> ControlFlow<Acquire, State> {
+    let (lock, owner) = (&call.lock, &call.owner);
+    match queue_head(keys, lock) {
+        Some((head, _)) if head == *owner => {
+            if call.asking.ticket.is_none() {
+                pop_head(keys, lock, owner);
+            }
+            if held_as == State::Held && anyone_queued(keys, lock) {
+                held_as = State::HeldQueued;
+            }
+            ControlFlow::Continue(held_as)
+        }
+        Some((head, _)) => {
+            let pttl = millis(keys.pttl(&entry_of(lock, &head)));
+            let queued = match call.asking.code != b'0' {
+                true => queue_up(keys, settings, call),
+                false => None,
+            };
+            ControlFlow::Break(match queued {
+                Some(kept) => Acquire::Queued { pttl, anew: !kept },
+                None => Acquire::Busy { pttl },
+            })
+        }
+        None => ControlFlow::Continue(held_as),
+    }
 }
 
 /// `acquire.lua`'s `queue_up`: the caller queued behind the holder or first waiter; whether
@@ -529,9 +584,6 @@ pub(crate) fn shared_acquire(
     ttl_ms: u64,
     asker: u8,
 ) -> SharedAcquire {
-    let holders = holders_of(lock);
-    let now_us = keys.time_us();
-    let now_ms = (now_us / 1000) as i64;
     let value = keys.get(lock);
     let parsed = match value.as_deref() {
         Some(value) => match LockValue::parse(value) {
@@ -540,87 +592,150 @@ pub(crate) fn shared_acquire(
         },
         None => None,
     };
-    let state = parsed.as_ref().map(|value| value.state);
-    let last = parsed.as_ref().map_or(0, |value| value.token);
-    let permit = matches!(sharing, Sharing::Permit(_));
-    if state.is_some_and(State::is_exclusive) {
-        if permit {
-            return SharedAcquire::OtherKind;
-        }
-        if state != Some(State::HeldWaitedOn) && asker != b'0' {
-            keys.set_first(lock, State::HeldWaitedOn.letter());
-        }
-        return SharedAcquire::Busy {
-            ms: millis(keys.pttl(lock)),
-        };
+    let ask = SharedAsk {
+        lock,
+        holders: holders_of(lock),
+        sharing,
+        asker,
+        now_us: keys.time_us(),
+        state: parsed.as_ref().map(|value| value.state),
+        until_us: parsed.as_ref().and_then(|value| value.until_us),
+        last: parsed.as_ref().map_or(0, |value| value.token),
+    };
+    if let Some(refused) = shared_refused(keys, &ask) {
+        return refused;
     }
-    let reading = matches!(state, Some(State::ReadHeld | State::ReadHeldWriterWaits));
-    let counting = matches!(state, Some(State::Permits | State::PermitsRefused));
-    if (reading && permit) || (counting && !permit) {
-        return SharedAcquire::OtherKind;
-    }
-    let until_us = parsed.as_ref().and_then(|value| value.until_us);
-    if let (Some(reserved), Some(until)) = (state, until_us) {
-        let free_marker = matches!(
-            reserved,
-            State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter
-        );
-        let left = ms_left(until, now_us);
-        if free_marker && left > 0 && (asker != b'2' || reserved == State::ReservedForWriter) {
-            if reserved == State::Reserved && asker == b'1' {
-                keys.set_first(lock, State::ReservedTurnedAway.letter());
-            }
-            return SharedAcquire::Reserved { ms: millis(left) };
-        }
-    }
-    let shared = reading || counting;
+    let now_ms = (ask.now_us / 1000) as i64;
+    let shared = ask.shared();
     if shared {
-        keys.zremrange_upto(&holders, now_ms);
+        keys.zremrange_upto(&ask.holders, now_ms);
     }
-    let mine = shared && keys.zscore(&holders, member).is_some();
-    let mut fence = last;
-    if !mine {
-        if state == Some(State::ReadHeldWriterWaits) {
-            let until = until_us.unwrap_or(0);
-            if until > now_us {
-                return SharedAcquire::Busy {
-                    ms: millis(ms_left(until, now_us)),
-                };
-            }
-        }
-        if let Sharing::Permit(permits) = sharing {
-            if shared && keys.zcard(&holders) >= permits as usize {
-                if state == Some(State::Permits) && asker != b'0' {
-                    keys.set_first(lock, State::PermitsRefused.letter());
-                }
-                let first = keys.zfirst(&holders).map_or(0, |(_, score)| score);
-                return SharedAcquire::Busy {
-                    ms: millis((first - now_ms).max(1)),
-                };
-            }
-            fence = (last + 1).max(now_us);
-        } else if last == 0 {
-            fence = now_us;
-        }
-    }
-    keys.zadd(&holders, now_ms + ttl_ms as i64, member);
-    let longest = keys.zlast(&holders).map_or(now_ms, |(_, score)| score);
+    let mine = shared && keys.zscore(&ask.holders, member).is_some();
+    let fence = match mine {
+        true => ask.last,
+        false => match shared_token(keys, &ask) {
+            Ok(fence) => fence,
+            Err(busy) => return busy,
+        },
+    };
+    keys.zadd(&ask.holders, now_ms + ttl_ms as i64, member);
+    let longest = keys.zlast(&ask.holders).map_or(now_ms, |(_, score)| score);
     let live_ms = (longest - now_ms).max(1) as u64;
     let next_value = match sharing {
-        Sharing::Reader => match (state, until_us) {
-            (Some(State::ReadHeldWriterWaits), Some(until)) if until > now_us => {
+        Sharing::Reader => match (ask.state, ask.until_us) {
+            (Some(State::ReadHeldWriterWaits), Some(until)) if until > ask.now_us => {
                 value.clone().expect("read-held")
             }
             _ => format!("R{fence}"),
         },
-        Sharing::Permit(_) => match state {
+        Sharing::Permit(_) => match ask.state {
             Some(State::PermitsRefused) => format!("N{fence}"),
             _ => format!("M{fence}"),
         },
     };
     keys.set(lock, next_value, Ttl::Px(live_ms));
-    keys.pexpire(&holders, live_ms);
+    keys.pexpire(&ask.holders, live_ms);
     SharedAcquire::Granted { token: fence }
+}
+
+/// A reader's or a permit's acquire, with what the lock's value says.
+struct SharedAsk<'a> {
+    lock: &'a str,
+    holders: String,
+    sharing: Sharing,
+    asker: u8,
+    now_us: u64,
+    state: Option<State>,
+    until_us: Option<u64>,
+    /// The last token issued (0: none known).
+    last: u64,
+}
+
+impl SharedAsk<'_> {
+    fn permit(&self) -> bool {
+        matches!(self.sharing, Sharing::Permit(_))
+    }
+
+    fn reading(&self) -> bool {
+        matches!(
+            self.state,
+            Some(State::ReadHeld | State::ReadHeldWriterWaits)
+        )
+    }
+
+    fn counting(&self) -> bool {
+        matches!(self.state, Some(State::Permits | State::PermitsRefused))
+    }
+
+    /// Held by readers or permits (of either kind).
+    fn shared(&self) -> bool {
+        self.reading() || self.counting()
+    }
+}
+
+/// The refusals that need no look at the holders: a writer holds it, another kind holds it,
+/// or it is reserved for the waiters a release notified (or a waiting writer).
+fn shared_refused(keys: &mut Keyspace, ask: &SharedAsk<'_>) -> Option<SharedAcquire> {
+    let (lock, state, asker) = (ask.lock, ask.state, ask.asker);
+    if state.is_some_and(State::is_exclusive) {
+        if ask.permit() {
+            return Some(SharedAcquire::OtherKind);
+        }
+        if state != Some(State::HeldWaitedOn) && asker != b'0' {
+            keys.set_first(lock, State::HeldWaitedOn.letter());
+        }
+        return Some(SharedAcquire::Busy {
+            ms: millis(keys.pttl(lock)),
+        });
+    }
+    if (ask.reading() && ask.permit()) || (ask.counting() && !ask.permit()) {
+        return Some(SharedAcquire::OtherKind);
+    }
+    let (Some(reserved), Some(until)) = (state, ask.until_us) else {
+        return None;
+    };
+    let free_marker = matches!(
+        reserved,
+        State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter
+    );
+    let left = ms_left(until, ask.now_us);
+    if free_marker && left > 0 && (asker != b'2' || reserved == State::ReservedForWriter) {
+        if reserved == State::Reserved && asker == b'1' {
+            keys.set_first(lock, State::ReservedTurnedAway.letter());
+        }
+        return Some(SharedAcquire::Reserved { ms: millis(left) });
+    }
+    None
+}
+
+/// A new holder's token, or why it must wait: a writer's intent, or every permit taken.
+fn shared_token(keys: &mut Keyspace, ask: &SharedAsk<'_>) -> Result<u64, SharedAcquire> {
+    let now_us = ask.now_us;
+    if ask.state == Some(State::ReadHeldWriterWaits) {
+        let until = ask.until_us.unwrap_or(0);
+        if until > now_us {
+            return Err(SharedAcquire::Busy {
+                ms: millis(ms_left(until, now_us)),
+            });
+        }
+    }
+    match ask.sharing {
+        Sharing::Permit(permits) => {
+            if ask.shared() && keys.zcard(&ask.holders) >= permits as usize {
+                if ask.state == Some(State::Permits) && ask.asker != b'0' {
+                    keys.set_first(ask.lock, State::PermitsRefused.letter());
+                }
+                let now_ms = (now_us / 1000) as i64;
+                let first = keys.zfirst(&ask.holders).map_or(0, |(_, score)| score);
+                return Err(SharedAcquire::Busy {
+                    ms: millis((first - now_ms).max(1)),
+                });
+            }
+            Ok((ask.last + 1).max(now_us))
+        }
+        Sharing::Reader if ask.last == 0 => Ok(now_us),
+        Sharing::Reader => Ok(ask.last),
+    }
 }
 
 // --- shared_release.lua ---

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 /// Where and how the cluster engine connects.
 pub(crate) struct ClusterConfig<'a> {
-    pub(crate) url: &'a str,
+    pub(crate) spec: &'a ClusterSpec,
     pub(crate) prefix: &'a str,
     pub(crate) marker_ttl: Duration,
     pub(crate) timeouts: Timeouts,
@@ -98,7 +98,7 @@ impl SlotOwners {
 
 impl ClusterEngine {
     pub(crate) fn open(config: ClusterConfig<'_>) -> Result<Self, LockError> {
-        let spec = ClusterSpec::parse(config.url)?;
+        let spec = config.spec.clone();
         let client = spec.builder(config.timeouts).build().map_err(|err| {
             LockError::invalid_config("url", format!("the cluster client refused it: {err}"))
         })?;

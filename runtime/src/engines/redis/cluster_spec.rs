@@ -8,7 +8,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::IntoConnectionInfo;
 
 /// The port of a cluster node when a URL names none.
-const NODE_PORT: u16 = 6379;
+pub(crate) const NODE_PORT: u16 = 6379;
 
 /// Seed nodes (one reachable is enough; the others are found from it) and their credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,16 @@ impl ClusterSpec {
             username,
             password,
         })
+    }
+
+    /// `the cluster of nodes host:port,…`, for messages.
+    pub(crate) fn describe(&self) -> String {
+        let seeds: Vec<String> = self
+            .seeds
+            .iter()
+            .map(|(host, port)| format!("{host}:{port}"))
+            .collect();
+        format!("the cluster of nodes {}", seeds.join(","))
     }
 
     /// A client for the single node at `address` (`host:port`, as `CLUSTER SLOTS` names it),

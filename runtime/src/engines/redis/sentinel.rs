@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 /// The port sentinels listen on when a URL names none.
-const SENTINEL_PORT: u16 = 26379;
+pub(crate) const SENTINEL_PORT: u16 = 26379;
 /// The channel on which sentinels announce a new primary.
 const SWITCH_MASTER: &str = "+switch-master";
 /// The longest pause between attempts to reach a sentinel for announcements.

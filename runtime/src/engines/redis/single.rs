@@ -32,9 +32,17 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The server a Redis engine talks to.
+pub(crate) enum RedisTarget<'a> {
+    /// One server's URL: `redis://`, `rediss://`, `unix://`, `redis+unix://`.
+    Server(&'a str),
+    /// The primary a Sentinel group names.
+    Sentinel(&'a SentinelSpec),
+}
+
 /// Where and how a Redis engine connects.
 pub(crate) struct RedisConfig<'a> {
-    pub(crate) url: &'a str,
+    pub(crate) target: RedisTarget<'a>,
     pub(crate) prefix: &'a str,
     pub(crate) marker_ttl: Duration,
     pub(crate) timeouts: Timeouts,
@@ -63,14 +71,17 @@ pub(crate) struct RedisEngine {
 
 impl RedisEngine {
     pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
-        let (node, sentinel) = if config.url.starts_with("redis-sentinel://") {
-            let spec = SentinelSpec::parse(config.url)?;
-            let target = SentinelTarget::open(spec, config.timeouts, config.hooks.clone())?;
-            let node = Node::sentinel(target.clone(), config.timeouts, config.prefix);
-            (node, Some(target))
-        } else {
-            let node = Node::open(config.url, config.tls, config.timeouts, config.prefix)?;
-            (node, None)
+        let (node, sentinel) = match config.target {
+            RedisTarget::Sentinel(spec) => {
+                let target =
+                    SentinelTarget::open(spec.clone(), config.timeouts, config.hooks.clone())?;
+                let node = Node::sentinel(target.clone(), config.timeouts, config.prefix);
+                (node, Some(target))
+            }
+            RedisTarget::Server(url) => {
+                let node = Node::open(url, config.tls, config.timeouts, config.prefix)?;
+                (node, None)
+            }
         };
         let node = Arc::new(
             node.with_replica_ack(config.replica_ack)

@@ -239,6 +239,74 @@ impl RedlockEngine {
             (false, _) | (_, Asker::Once) => Place::Unqueued,
             (true, _) => Place::At(self.ticket(owner, started)),
         };
+        let vote = Vote {
+            names,
+            owner,
+            ttl,
+            asker,
+            kind,
+            place,
+        };
+        let votes = self.count(self.vote(vote).await);
+        if votes.granted.len() < self.quorum {
+            return if votes.busy.is_empty() {
+                let failures = votes.failures;
+                Attempt::Failed(summarize(
+                    "acquire",
+                    failures,
+                    self.masters.len(),
+                    self.quorum,
+                ))
+            } else {
+                // Another owner holds (or is taking) votes, or is first in line: a busy lock, or
+                // split votes.
+                Attempt::Busy {
+                    ttl: votes.busy.into_iter().flatten().max(),
+                    refused: votes.refused,
+                    queued: votes.queued,
+                }
+            };
+        }
+        // The token is the largest vote of a quorum — the Q lowest votes: a retry by the same
+        // owner, whose masters return the token recorded on at least a quorum of them, reads
+        // that token again, whatever the other masters hold.
+        let mut tokens: Vec<u64> = votes.granted.iter().map(|(_, vote)| *vote).collect();
+        tokens.sort_unstable();
+        // A reader's token is the largest its masters know — at least every writer token a
+        // quorum recorded (its quorum meets each) — and is written back, so every later writer's
+        // quorum meets a master that knows it.
+        let token = match kind {
+            LockKind::Read => *tokens.last().expect("a quorum voted"),
+            _ => tokens[self.quorum - 1],
+        };
+        let (exact, confirmed) = self.record(vote, &votes.granted, token).await;
+        let validity = valid_for(ttl, self.drift_factor);
+        let elapsed = started.elapsed();
+        if confirmed < self.quorum {
+            return Attempt::Busy {
+                ttl: None,
+                refused: vec![false; self.masters.len()],
+                queued: None,
+            };
+        }
+        if elapsed >= validity {
+            return Attempt::Failed(EngineFailure {
+                ambiguous: false,
+                source: format!(
+                    "acquiring took {elapsed:?}, longer than the lease's validity of {validity:?}; \
+                     the masters are too slow for this TTL"
+                )
+                .into(),
+            });
+        }
+        Attempt::Granted { token, exact }
+    }
+
+    /// Asks every master for its vote.
+    ///
+    /// # Cancel safety
+    /// As [`attempt`](Self::attempt).
+    async fn vote(&self, vote: Vote<'_>) -> Answers<Acquired> {
         // Every vote is waited for (within the timeout) unless enough refused that no quorum
         // can grant: stopping at the first quorum would let a retry by the same owner read a
         // different quorum of its recorded tokens, and a vote landing late keep its own.
@@ -254,7 +322,15 @@ impl RedlockEngine {
                 .count();
             refused >= self.blocking()
         };
-        let votes = fan_out(
+        let Vote {
+            names,
+            owner,
+            ttl,
+            asker,
+            kind,
+            place,
+        } = vote;
+        fan_out(
             &self.masters,
             self.master_timeout,
             |master| -> BoxFuture<'_, EngineResult<Acquired>> {
@@ -278,105 +354,81 @@ impl RedlockEngine {
             },
             hopeless,
         )
-        .await;
-        let mut granted: Vec<(usize, u64)> = Vec::new();
-        let mut busy: Vec<Option<Duration>> = Vec::new();
-        let mut refused = vec![false; self.masters.len()];
-        let mut queued: Option<Duration> = None;
-        let mut failures = Vec::new();
-        for (index, vote) in votes.into_iter().enumerate() {
+        .await
+    }
+
+    /// The votes, sorted by what they say.
+    fn count(&self, answers: Answers<Acquired>) -> Votes {
+        let mut votes = Votes {
+            granted: Vec::new(),
+            busy: Vec::new(),
+            refused: vec![false; self.masters.len()],
+            queued: None,
+            failures: Vec::new(),
+        };
+        for (index, vote) in answers.into_iter().enumerate() {
             match vote {
-                Some(Ok(Acquired::Yes { fence })) => granted.push((index, fence)),
+                Some(Ok(Acquired::Yes { fence })) => votes.granted.push((index, fence)),
                 Some(Ok(Acquired::Busy { ttl, next, .. })) => {
-                    busy.push(ttl);
-                    refused[index] = true;
-                    queued = queued.or(next);
+                    votes.busy.push(ttl);
+                    votes.refused[index] = true;
+                    votes.queued = votes.queued.or(next);
                 }
                 // Masters are independent: none is set to wait for replicas (the builder
                 // refuses it), so this vote never comes; it would count as no vote.
                 Some(Ok(Acquired::Unreplicated { .. })) => {}
-                Some(Err(failure)) => failures.push((self.masters[index].address.clone(), failure)),
+                Some(Err(failure)) => {
+                    let address = self.masters[index].address.clone();
+                    votes.failures.push((address, failure));
+                }
                 None => {}
             }
         }
-        if granted.len() < self.quorum {
-            return if busy.is_empty() {
-                Attempt::Failed(summarize(
-                    "acquire",
-                    failures,
-                    self.masters.len(),
-                    self.quorum,
-                ))
-            } else {
-                // Another owner holds (or is taking) votes, or is first in line: a busy lock, or
-                // split votes.
-                Attempt::Busy {
-                    ttl: busy.into_iter().flatten().max(),
-                    refused,
-                    queued,
-                }
-            };
-        }
-        // The token is the largest vote of a quorum — the Q lowest votes: a retry by the same
-        // owner, whose masters return the token recorded on at least a quorum of them, reads
-        // that token again, whatever the other masters hold.
-        let mut votes: Vec<u64> = granted.iter().map(|(_, vote)| *vote).collect();
-        votes.sort_unstable();
-        // A reader's token is the largest its masters know — at least every writer token a
-        // quorum recorded (its quorum meets each) — and is written back, so every later writer's
-        // quorum meets a master that knows it.
-        let token = match kind {
-            LockKind::Read => *votes.last().expect("a quorum voted"),
-            _ => votes[self.quorum - 1],
-        };
+        votes
+    }
+
+    /// Makes sure the granting masters record `token`: per master, whether it holds exactly
+    /// the grant's value, and how many granting masters record the token.
+    ///
+    /// # Cancel safety
+    /// As [`attempt`](Self::attempt).
+    async fn record(
+        &self,
+        vote: Vote<'_>,
+        granted: &[(usize, u64)],
+        token: u64,
+    ) -> (Vec<bool>, usize) {
         // A master that voted `T` or more records at least `T` as its token already: when every
         // granting master did, the write-back would change nothing, and every granting
         // master remembers `T` — as many as a write-back would reach.
         let mut exact = vec![false; self.masters.len()];
-        let confirmed = if votes[0] >= token {
-            for (index, vote) in &granted {
-                exact[*index] = *vote == token;
+        if granted.iter().all(|(_, voted)| *voted >= token) {
+            for (index, voted) in granted {
+                exact[*index] = *voted == token;
             }
-            votes.len()
-        } else {
-            let confirmations = |recorded: &Answers<bool>| {
-                recorded
-                    .iter()
-                    .filter(|answer| matches!(answer, Some(Ok(true))))
-                    .count()
-            };
-            let recorded = fan_out(
-                granted.iter().map(|(index, _)| &self.masters[*index]),
-                self.master_timeout,
-                |master| master.node.write_back_fence(names, owner, token, kind),
-                |recorded| confirmations(recorded) >= self.quorum,
-            )
-            .await;
-            for ((index, _), answer) in granted.iter().zip(&recorded) {
-                exact[*index] = matches!(answer, Some(Ok(true)));
-            }
-            confirmations(&recorded)
+            return (exact, granted.len());
+        }
+        let confirmations = |recorded: &Answers<bool>| {
+            recorded
+                .iter()
+                .filter(|answer| matches!(answer, Some(Ok(true))))
+                .count()
         };
-        let validity = valid_for(ttl, self.drift_factor);
-        let elapsed = started.elapsed();
-        if confirmed < self.quorum {
-            return Attempt::Busy {
-                ttl: None,
-                refused: vec![false; self.masters.len()],
-                queued: None,
-            };
+        let recorded = fan_out(
+            granted.iter().map(|(index, _)| &self.masters[*index]),
+            self.master_timeout,
+            |master| {
+                master
+                    .node
+                    .write_back_fence(vote.names, vote.owner, token, vote.kind)
+            },
+            |recorded| confirmations(recorded) >= self.quorum,
+        )
+        .await;
+        for ((index, _), answer) in granted.iter().zip(&recorded) {
+            exact[*index] = matches!(answer, Some(Ok(true)));
         }
-        if elapsed >= validity {
-            return Attempt::Failed(EngineFailure {
-                ambiguous: false,
-                source: format!(
-                    "acquiring took {elapsed:?}, longer than the lease's validity of {validity:?}; \
-                     the masters are too slow for this TTL"
-                )
-                .into(),
-            });
-        }
-        Attempt::Granted { token, exact }
+        (exact, confirmations(&recorded))
     }
 
     /// Releases `owner`'s lock (or votes) on every master, and waits for every answer (within
@@ -525,6 +577,31 @@ enum Attempt {
     },
     /// Too many masters failed (or were too slow) for a quorum.
     Failed(EngineFailure),
+}
+
+/// What one attempt asks every master.
+#[derive(Clone, Copy)]
+struct Vote<'a> {
+    names: &'a KeyNames,
+    owner: &'a Owner,
+    ttl: Duration,
+    asker: Asker,
+    kind: LockKind,
+    place: Place,
+}
+
+/// The masters' votes, sorted.
+struct Votes {
+    /// The masters that granted, with their votes (tokens).
+    granted: Vec<(usize, u64)>,
+    /// The holder's remaining TTL each refusing master gave.
+    busy: Vec<Option<Duration>>,
+    /// Per master: it refused.
+    refused: Vec<bool>,
+    /// Some master queued the caller, for this grant time.
+    queued: Option<Duration>,
+    /// The masters that failed, by address.
+    failures: Vec<(String, EngineFailure)>,
 }
 
 impl RedlockEngine {

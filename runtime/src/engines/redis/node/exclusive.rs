@@ -2,7 +2,7 @@
 //! conditional `SET … IFEQ` release beside it, the local transfer, and the fencing token's
 //! write-back.
 
-use super::{asker_code, millis, unexpected, Node, ReplicaAck};
+use super::{asker_code, millis, unexpected, Bound, Node, ReplicaAck};
 use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer};
 use crate::engines::redis::conditional;
 use crate::engines::redis::diagnose;
@@ -462,18 +462,7 @@ impl Node {
         marker_ttl: Duration,
         reservation_window: Duration,
     ) -> EngineResult<Vec<ReleaseReply>> {
-        // By index: the locks a conditional write may release, with their tokens, and the rest.
-        let (mut quiet, mut scripted): (Vec<(usize, u64)>, Vec<usize>) = (Vec::new(), Vec::new());
-        for (index, item) in items.iter().enumerate() {
-            match item.granted {
-                GrantedAs::Quietly { fence }
-                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
-                {
-                    quiet.push((index, fence));
-                }
-                _ => scripted.push(index),
-            }
-        }
+        let (quiet, scripted) = self.quiet_and_scripted(items);
         if quiet.is_empty() {
             return self
                 .release_by_script(items, marker_ttl, reservation_window)
@@ -485,9 +474,54 @@ impl Node {
                 .release_by_script(items, marker_ttl, reservation_window)
                 .await;
         }
-        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
+        let pipelined = Pipelined {
+            items,
+            quiet: &quiet,
+            scripted: &scripted,
+        };
+        let answers = self
+            .release_pipelined(&bound, pipelined, marker_ttl, reservation_window)
+            .await?;
+        self.release_the_rest(items, answers, marker_ttl, reservation_window)
+            .await
+    }
+
+    /// By index: the locks a conditional write may release, with their tokens, and the rest.
+    fn quiet_and_scripted(&self, items: &[ReleaseCall]) -> (Vec<(usize, u64)>, Vec<usize>) {
+        let (mut quiet, mut scripted) = (Vec::new(), Vec::new());
+        for (index, item) in items.iter().enumerate() {
+            match item.granted {
+                GrantedAs::Quietly { fence }
+                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
+                {
+                    quiet.push((index, fence));
+                }
+                _ => scripted.push(index),
+            }
+        }
+        (quiet, scripted)
+    }
+
+    /// One pipeline: a conditional `SET … IFEQ` per quiet lock, then `release.lua` for the
+    /// scripted ones. An answer per lock, `None` where the lock is left for `release.lua` alone
+    /// (a conditional write that did not find it as granted; a script that failed).
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    async fn release_pipelined(
+        &self,
+        bound: &Bound,
+        batch: Pipelined<'_>,
+        marker_ttl: Duration,
+        reservation_window: Duration,
+    ) -> EngineResult<Vec<Option<ReleaseReply>>> {
+        let Pipelined {
+            items,
+            quiet,
+            scripted,
+        } = batch;
         let mut pipe = redis::pipe();
-        for (index, fence) in &quiet {
+        for (index, fence) in quiet {
             let item = &items[*index];
             pipe.add_command(conditional::release_command(
                 &item.lock,
@@ -497,8 +531,7 @@ impl Node {
                 marker_ttl,
             ));
         }
-        let marker_ms = millis(marker_ttl);
-        let window = millis(reservation_window);
+        let (marker_ms, window) = (millis(marker_ttl), millis(reservation_window));
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
             let owners: Vec<_> = scripted
@@ -514,12 +547,13 @@ impl Node {
                 .query_async(&mut conn)
                 .await
                 .map_err(|err| {
-                    self.after_failure(&bound, &err);
+                    self.after_failure(bound, &err);
                     self.failure(err)
                 })?;
         if replies.len() != quiet.len() + usize::from(!scripted.is_empty()) {
             return Err(unexpected("release", replies));
         }
+        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
         let mut replies = replies.into_iter();
         for ((index, _), reply) in quiet.iter().zip(replies.by_ref()) {
             match conditional::outcome(&reply, &bound.conditional_set) {
@@ -530,7 +564,8 @@ impl Node {
                 _ => {}
             }
         }
-        // The script's answer; an error (NOSCRIPT on first use, say) sends its locks again below.
+        // The script's answer; an error (NOSCRIPT on first use, say) leaves its locks to
+        // `release_the_rest`.
         let codes = replies
             .next()
             .and_then(|reply| reply.extract_error().ok())
@@ -543,6 +578,20 @@ impl Node {
                 }
             }
         }
+        Ok(answers)
+    }
+
+    /// Sends the locks the pipeline left unanswered to `release.lua`; every lock's answer.
+    ///
+    /// # Cancel safety
+    /// As [`release_calls`](Self::release_calls).
+    async fn release_the_rest(
+        &self,
+        items: &[ReleaseCall],
+        mut answers: Vec<Option<ReleaseReply>>,
+        marker_ttl: Duration,
+        reservation_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
         let released_already = answers.iter().any(Option::is_some);
         let rest: Vec<usize> = (0..items.len()).filter(|i| answers[*i].is_none()).collect();
         if !rest.is_empty() {
@@ -719,4 +768,13 @@ fn release_replies<'a>(
             })
         })
         .collect()
+}
+
+/// A batch of releases as [`Node::release_calls`] splits it: by index, the locks a
+/// conditional write may release (with their tokens), and those `release.lua` releases.
+#[derive(Clone, Copy)]
+struct Pipelined<'a> {
+    items: &'a [ReleaseCall],
+    quiet: &'a [(usize, u64)],
+    scripted: &'a [usize],
 }
