@@ -1,5 +1,7 @@
-//! Fixtures shared by the test targets: a backend of each kind, built the same way, so one
-//! conformance suite can run against all of them.
+//! What the test targets share about distlock (processes and the network are
+//! `distlock-test-support`'s): a backend of each deployment, built the same way so one
+//! conformance suite runs against all of them; the multi-process worker (`worker`); a lock key's
+//! value as the scripts lay it out (`cell`).
 #![allow(dead_code)]
 
 pub mod cell;

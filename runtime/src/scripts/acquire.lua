@@ -35,8 +35,8 @@
 -- ARGV[2]    the holder label written with every lock ("" for none; no line breaks)
 -- ARGV[3]    the grant time, in milliseconds: how long a lock handed over to a waiter is held
 --            before its new owner confirms it, which is also how long a waiter's place in the
---            queue lasts without it asking again; "0": never queue (Redlock: masters would
---            queue waiters in different orders and hand the lock to different ones).
+--            queue lasts without it asking again; "0": never queue (the in-process engine,
+--            whose waiters are all in one process and wait in its local turns).
 --            Followed by " <channel>" where the caller's process has a handover channel of its
 --            own (release.lua announces a handover to it there, not on the key's channel)
 -- ARGV[3i+1] owner token of key i (new for every acquisition; no spaces)

@@ -27,7 +27,7 @@
 //!   master that granted, so a later quorum still meets one that remembers. Limit: a master
 //!   that loses its data (restarted without persistence) within a lease breaks Redlock's
 //!   exclusion itself; restart masters no sooner than the longest TTL after they stopped (the
-//!   study's delayed restart).
+//!   delayed restarts of redis.io's *Distributed Locks with Redis*).
 //! - **Renewal**: every master in parallel, one script call per master per batch; a lease's
 //!   validity advances only when a quorum confirmed it, and it is lost as soon as enough masters
 //!   say "gone" or "another owner" that a quorum can no longer confirm it.
