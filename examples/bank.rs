@@ -98,11 +98,15 @@ pub struct Transferred {
     pub to: Account,
 }
 
-/// `Retry-After` of a 409, in seconds. [`LockError::Busy`] says how long this call waited, not
-/// when the holder will be done, and a watchdog lease's TTL is no answer either: it is renewed
-/// for as long as the holder runs. The holders here are requests that take milliseconds, so the
-/// smallest value the header can carry.
-pub const RETRY_AFTER_SECS: u64 = 1;
+/// `Retry-After` of a 409, in whole seconds: the holder's remaining lease as the server reported
+/// it ([`LockError::retry_after`]), rounded up, at least 1 (the smallest value the header
+/// carries); 1 when the call never asked the server. A watchdog holder may renew past it, but
+/// nothing tells a client more.
+pub fn retry_after_secs(busy: &LockError) -> u64 {
+    busy.retry_after()
+        .map_or(1, |left| left.as_millis().div_ceil(1000) as u64)
+        .max(1)
+}
 
 /// Everything a handler can fail with; each variant is one status.
 #[derive(Debug)]
@@ -133,8 +137,8 @@ impl IntoResponse for ApiError {
         let message = self.to_string();
         let status = match self {
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Lock(LockError::Busy { .. }) => {
-                let retry_after = [(header::RETRY_AFTER, RETRY_AFTER_SECS.to_string())];
+            ApiError::Lock(busy @ LockError::Busy { .. }) => {
+                let retry_after = [(header::RETRY_AFTER, retry_after_secs(&busy).to_string())];
                 return (StatusCode::CONFLICT, retry_after, message).into_response();
             }
             // The request may well succeed later; nothing was changed.

@@ -5,7 +5,7 @@
 //! One test in phases, not one test per status: the handlers lock on the process-wide `"default"`
 //! backend, which can be registered once, and the last phase stops its server.
 
-use distlock::{Backend, Lock, Registry, DEFAULT_BACKEND};
+use distlock::{Backend, Lease, Lock, Registry, DEFAULT_BACKEND};
 use distlock_examples::bank::{self, Account, Ledger};
 use distlock_test_support::RedisServer;
 use futures_util::future::join_all;
@@ -35,7 +35,10 @@ async fn bank_over_http() {
     tokio::spawn(bank::serve(listener, Ledger::default()));
 
     concurrent_deposits_and_transfers_keep_every_unit(&bank).await;
-    a_busy_account_is_409_with_retry_after(&bank, &backend).await;
+    // The holder is another client of the same server (another instance of the service, in
+    // effect), so the handler's refusal comes from the server, with the holder's TTL.
+    let other_instance = Backend::builder(server.url()).build().unwrap();
+    a_busy_account_is_409_with_retry_after(&bank, &other_instance).await;
     requests_that_cannot_be_carried_out_are_rejected(&bank).await;
     a_backend_that_is_down_is_503(&bank, &mut server).await;
 }
@@ -77,11 +80,18 @@ async fn concurrent_deposits_and_transfers_keep_every_unit(bank: &Client) {
     assert_eq!(balances.iter().sum::<u64>(), 3 * opening);
 }
 
-/// `DELETE` does not wait: while the test holds `account:1` — the key the handler renders from
-/// its path — closing the account is refused, and nothing changes.
+/// `DELETE` does not wait: while another instance holds `account:1` — the key the handler renders
+/// from its path — closing the account is refused, and nothing changes. Its `Retry-After` is the
+/// holder's remaining lease as the server reported it, rounded up to whole seconds: here a fixed
+/// 7 s lease, so 7 (6 if a second passed since it was granted), never a constant.
 async fn a_busy_account_is_409_with_retry_after(bank: &Client, backend: &Backend) {
     let before = bank.account(1).await;
-    let held = Lock::new("account:1").on(backend).acquire().await.unwrap();
+    let held = Lock::new("account:1")
+        .on(backend)
+        .lease(Lease::Fixed(Duration::from_secs(7)))
+        .acquire()
+        .await
+        .unwrap();
     let reply = bank.call("DELETE", "/accounts/1", None).await;
     assert_eq!(reply.status, 409, "{reply:?}");
     let retry_after: u64 = reply
@@ -89,7 +99,10 @@ async fn a_busy_account_is_409_with_retry_after(bank: &Client, backend: &Backend
         .unwrap_or_else(|| panic!("a 409 without Retry-After: {reply:?}"))
         .parse()
         .expect("Retry-After in whole seconds");
-    assert!(retry_after >= 1, "Retry-After: {retry_after}");
+    assert!(
+        (6..=7).contains(&retry_after),
+        "Retry-After: {retry_after}, for a holder with a 7 s lease"
+    );
     held.release().await.unwrap();
     assert_eq!(
         bank.account(1).await,

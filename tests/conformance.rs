@@ -138,7 +138,17 @@ async fn a_held_key_is_busy_for_others<F: Fixture>() {
         panic!("expected Busy, got {err:?}")
     };
     assert_eq!(busy_key, &key);
-    assert!(err.to_string().contains("is held by someone else"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("is held by someone else (a single try; the holder's lease ends in "),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .ends_with("retry after that or allow a `wait`"),
+        "{err}"
+    );
+    assert_holder_ttl(&err, fx.backend());
     assert_eq!(
         other.stats().busy_replies,
         1,
@@ -158,6 +168,8 @@ async fn a_held_key_is_busy_for_others<F: Fixture>() {
         waited >= Duration::from_millis(200),
         "gave up early: {waited:?}"
     );
+    assert!(err.to_string().contains("(waited "), "{err}");
+    assert_holder_ttl(&err, fx.backend());
     let stats = other.stats();
     assert_eq!(stats.busy, 2);
     assert!(
@@ -173,6 +185,24 @@ async fn a_held_key_is_busy_for_others<F: Fixture>() {
         .unwrap_err();
     assert!(err.is_busy(), "{err:?}");
     assert_eq!(fx.backend().stats().busy_replies, 0);
+    assert_eq!(err.retry_after(), None, "no server was asked: {err:?}");
+    assert!(
+        err.to_string().ends_with("retry later or allow a `wait`"),
+        "{err}"
+    );
+}
+
+/// A busy call's `retry_after` is the holder's remaining lease as the server reported it: at
+/// most the lease's TTL, and more than half of it (the watchdog renews every third).
+fn assert_holder_ttl(err: &LockError, backend: &distlock::Backend) {
+    let left = err
+        .retry_after()
+        .unwrap_or_else(|| panic!("a busy reply from the server says when: {err:?}"));
+    let lease = backend.watchdog_lease();
+    assert!(
+        left > lease / 2 && left <= lease,
+        "retry_after {left:?} for a {lease:?} watchdog lease"
+    );
 }
 
 async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
@@ -287,7 +317,7 @@ async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() 
     let mut decreases = 0;
     for grant in 0..10_000 {
         if grant % 2_500 == 1_250 {
-            fx.forget_fence_counter(&key).await;
+            fx.forget_token_marker(&key).await;
         }
         let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
         let token = guard.fencing_token();

@@ -203,7 +203,7 @@ async fn round(fx: &SingleRedis, holder: &Backend, waiters: &Backend, keys: &[St
         assert_eq!(raw::local_waiters(client), 0, "{name}: queue entries left");
         assert_eq!(raw::watched_leases(client), 0, "{name}: leases left");
     }
-    // Only the fence counters (one per key, plus the warm-up's) remain on the server: the
+    // Only the token markers (one per key, plus the warm-up's) remain on the server: the
     // queues went with their waiters.
     assert_eq!(fx.server.command(&["DBSIZE"]), Reply::Int(KEYS as i64 + 1));
     Round {

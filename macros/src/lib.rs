@@ -132,8 +132,9 @@ use proc_macro::TokenStream;
 /// - an `async fn` — free function, inherent method or trait-impl method (`async fn` in traits) —
 ///   not `const`, not `extern`; generics, where-clauses, receivers, lifetimes, attributes,
 ///   `#[must_use]` and doc comments are kept as written;
-/// - returning `Result<T, E>` spelled with both parameters (a `Result<T>` alias hides `E`), where
-///   `E: From<distlock::LockError>`; `T` may be `impl Trait`;
+/// - returning `Result<T, E>` where `E: From<distlock::LockError>`, or an alias of it with one
+///   parameter — `anyhow::Result<T>`, `std::io::Result<T>` (distlock converts `LockError` into
+///   `io::Error`), a crate's own `Result<T>`; `T` may be `impl Trait`;
 /// - `return` and `?` in the body keep their meaning: they leave the body, and the lock is still
 ///   released.
 ///

@@ -354,22 +354,28 @@ fn check_signature(sig: &Signature, errors: &mut Errors) -> Option<(Type, Type, 
             return None;
         }
     };
-    let error = match result_error_type(declared) {
-        Ok(error) => error.clone(),
-        Err(message) => {
-            errors.push(Error::new_spanned(declared, message));
-            return None;
-        }
-    };
     let mut output = (**declared).clone();
     ImplTraitEraser::default().visit_type_mut(&mut output);
-    let mut in_error = ImplTraitEraser::default();
-    in_error.visit_type_mut(&mut error.clone());
-    ok.then_some((output, error, !in_error.erased))
+    match result_error_type(declared) {
+        Ok(Some(error)) => {
+            let mut in_error = ImplTraitEraser::default();
+            in_error.visit_type_mut(&mut error.clone());
+            ok.then_some((output, error.clone(), !in_error.erased))
+        }
+        // A `Result` alias (`io::Result<T>`, `anyhow::Result<T>`, a crate's `Result<T>`): `E` is
+        // out of sight, so the checks that name it are left out; the fake return edge still pins
+        // it, and `locked`'s bound (spanned at the return type) still checks the conversion.
+        Ok(None) => ok.then_some((output, (**declared).clone(), false)),
+        Err(message) => {
+            errors.push(Error::new_spanned(declared, message));
+            None
+        }
+    }
 }
 
-/// `E` of a return type spelled `…::Result<T, E>`.
-fn result_error_type(ty: &Type) -> Result<&Type, &'static str> {
+/// `E` of a return type spelled `…::Result<T, E>`; `None` for a `Result` alias with one type
+/// argument (`io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`), whose `E` is out of sight.
+fn result_error_type(ty: &Type) -> Result<Option<&Type>, &'static str> {
     let not_result = "#[distributed_lock] requires a return type of `Result<T, E>` where \
                       `E: From<distlock::LockError>`; a lock failure is returned as `Err(E::from(LockError))`";
     let path = match ty {
@@ -378,8 +384,6 @@ fn result_error_type(ty: &Type) -> Result<&Type, &'static str> {
         Type::Path(path) if path.qself.is_none() => &path.path,
         _ => return Err(not_result),
     };
-    let alias = "the error type must be visible as `Result<T, E>`; this `Result` alias hides it, so spell out \
-                 `Result<T, E>` where `E: From<distlock::LockError>`";
     let last = path.segments.last().ok_or(not_result)?;
     let types: Vec<&Type> = match &last.arguments {
         PathArguments::AngleBracketed(generics) => generics
@@ -393,9 +397,8 @@ fn result_error_type(ty: &Type) -> Result<&Type, &'static str> {
         _ => Vec::new(),
     };
     match types.as_slice() {
-        [_, error] if last.ident == "Result" => Ok(error),
-        // `io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`: a Result whose `E` is out of sight.
-        _ if last.ident.to_string().ends_with("Result") => Err(alias),
+        [_, error] if last.ident == "Result" => Ok(Some(error)),
+        [_] if last.ident.to_string().ends_with("Result") => Ok(None),
         _ => Err(not_result),
     }
 }

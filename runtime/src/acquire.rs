@@ -63,7 +63,7 @@ impl Request<'_> {
                 let gates = &self.backend.inner.gates;
                 let enter = gates.enter(&key, self.deadline, self.terms.ttl);
                 let Some(mut turn) = waiting_gauge.unless_ready(enter).await else {
-                    return Err(self.busy(key));
+                    return Err(self.busy(key, None));
                 };
                 match turn.take_transferred() {
                     // The previous holder's release transferred the lock to this task.
@@ -133,11 +133,17 @@ impl Request<'_> {
             .map(|deadline| deadline.saturating_duration_since(Instant::now()))
     }
 
-    fn busy(&self, key: String) -> LockError {
+    /// The call's end with the lock busy; `retry_after` as the server said at the last try.
+    fn busy(&self, key: String, retry_after: Option<Duration>) -> LockError {
         Stats::bump(&self.backend.inner.stats.busy);
         LockError::Busy {
             key,
-            waited: self.started.elapsed(),
+            // A single try did not wait (its round trip is not waiting).
+            waited: match self.deadline {
+                Some(deadline) if deadline <= self.started => Duration::ZERO,
+                _ => self.started.elapsed(),
+            },
+            retry_after,
         }
     }
 
@@ -299,7 +305,7 @@ impl Request<'_> {
         state.failed_in_a_row = 0;
         let remaining = self.remaining();
         if remaining == Some(Duration::ZERO) {
-            return Err(self.busy(attempt.key.clone()));
+            return Err(self.busy(attempt.key.clone(), busy.holder_ttl));
         }
         attempt.waiting_gauge.start();
         let inner = &self.backend.inner;

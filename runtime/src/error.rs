@@ -120,22 +120,34 @@ impl std::error::Error for BackendError {
 /// use distlock::LockError;
 /// use std::time::Duration;
 ///
-/// let busy = LockError::Busy { key: "order:7".into(), waited: Duration::from_millis(250) };
+/// let busy = LockError::Busy {
+///     key: "order:7".into(),
+///     waited: Duration::from_millis(250),
+///     retry_after: Some(Duration::from_millis(1200)),
+/// };
 /// assert_eq!(
 ///     busy.to_string(),
-///     "lock `order:7` is held by someone else (waited 250ms); retry later or allow a longer `wait`"
+///     "lock `order:7` is held by someone else (waited 250ms; the holder's lease ends in 1s 200ms); \
+///      retry after that or allow a longer `wait`"
 /// );
+/// assert_eq!(busy.retry_after(), Some(Duration::from_millis(1200)));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// Another owner held the lock for the whole wait budget.
-    #[error("lock `{key}` is held by someone else (waited {}); retry later or allow a longer `wait`", Rounded(*waited))]
+    #[error("{}", BusyMessage { key, waited: *waited, retry_after: *retry_after })]
     Busy {
         /// The rendered key.
         key: String,
-        /// How long this call waited before giving up.
+        /// How long this call waited before giving up: zero for a single try (no `wait`).
         waited: Duration,
+        /// When the lock may be free: the holder's remaining lease (or the time the lock is
+        /// left to waiters a release notified) as the server reported it at the call's last
+        /// try. A watchdog holder renews its lease, so it may hold on past this; it is still
+        /// the best time to try again. `None` when no server answered about the holder (the
+        /// call waited for another task of this process and never asked).
+        retry_after: Option<Duration>,
     },
     /// The lease was lost while the call ran; no further step may assume exclusivity.
     #[error("lock `{key}` was lost: {reason}; the work done so far is not protected, retry the operation")]
@@ -225,6 +237,31 @@ impl LockError {
         matches!(self, LockError::Busy { .. })
     }
 
+    /// When to try again, for [`LockError::Busy`]: the holder's remaining lease as the server
+    /// reported it at the last try (see the field's docs); `None` for every other error, and for
+    /// a `Busy` call that never reached the server.
+    ///
+    /// ```
+    /// # async fn handler() -> Result<(), distlock::LockError> {
+    /// match distlock::Lock::new("order:7").acquire().await {
+    ///     Ok(guard) => guard.release().await.map(drop),
+    ///     Err(busy) if busy.is_busy() => {
+    ///         let retry = busy.retry_after().unwrap_or(std::time::Duration::from_secs(1));
+    ///         // e.g. answer HTTP 409 with `Retry-After: {retry}` rounded up to seconds.
+    ///         # let _ = retry;
+    ///         Err(busy)
+    ///     }
+    ///     Err(other) => Err(other),
+    /// }
+    /// # }
+    /// ```
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::Busy { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
     /// `true` for [`LockError::Lost`].
     pub fn is_lost(&self) -> bool {
         matches!(self, LockError::Lost { .. })
@@ -247,6 +284,67 @@ impl LockError {
 }
 
 /// A wait, rounded for people: whole milliseconds, or microseconds below one.
+/// A lock failure as an I/O error, so that functions returning `std::io::Result<T>` can be
+/// annotated: the message is the [`LockError`]'s, which stays reachable as the
+/// [`source`](std::error::Error::source) chain's first error (`io::Error::get_ref`,
+/// `downcast`). The kind: `ResourceBusy` for [`Busy`](LockError::Busy), `Interrupted` for
+/// [`Lost`](LockError::Lost), `TimedOut` for a backend failure whose outcome is unknown,
+/// `InvalidInput` for a configuration, key or nesting the call cannot use, `Other` otherwise.
+///
+/// ```
+/// use distlock::LockError;
+/// use std::time::Duration;
+///
+/// let busy = LockError::Busy { key: "k".into(), waited: Duration::ZERO, retry_after: None };
+/// let io = std::io::Error::from(busy);
+/// assert_eq!(io.kind(), std::io::ErrorKind::ResourceBusy);
+/// assert!(io.into_inner().unwrap().downcast::<LockError>().unwrap().is_busy());
+/// ```
+impl From<LockError> for std::io::Error {
+    fn from(error: LockError) -> Self {
+        use std::io::ErrorKind;
+        let kind = match &error {
+            LockError::Busy { .. } => ErrorKind::ResourceBusy,
+            LockError::Lost { .. } => ErrorKind::Interrupted,
+            LockError::Backend(failure) if failure.is_ambiguous() => ErrorKind::TimedOut,
+            LockError::NotConfigured { .. }
+            | LockError::InvalidConfig { .. }
+            | LockError::InvalidKey { .. }
+            | LockError::NestedKind { .. } => ErrorKind::InvalidInput,
+            _ => ErrorKind::Other,
+        };
+        std::io::Error::new(kind, error)
+    }
+}
+
+/// [`LockError::Busy`]'s message: what the call did, and when the lock may be free.
+struct BusyMessage<'a> {
+    key: &'a str,
+    waited: Duration,
+    retry_after: Option<Duration>,
+}
+
+impl fmt::Display for BusyMessage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "lock `{}` is held by someone else (", self.key)?;
+        match self.waited.is_zero() {
+            true => f.write_str("a single try")?,
+            false => write!(f, "waited {}", Rounded(self.waited))?,
+        }
+        if let Some(left) = self.retry_after {
+            write!(f, "; the holder's lease ends in {}", Rounded(left))?;
+        }
+        let retry = match self.retry_after {
+            Some(_) => "retry after that",
+            None => "retry later",
+        };
+        match self.waited.is_zero() {
+            true => write!(f, "); {retry} or allow a `wait`"),
+            false => write!(f, "); {retry} or allow a longer `wait`"),
+        }
+    }
+}
+
 struct Rounded(Duration);
 
 impl fmt::Display for Rounded {

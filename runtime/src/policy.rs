@@ -14,7 +14,7 @@ pub enum Wait {
 /// How the lease on the server lives while the call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {
-    /// A short TTL (the backend's watchdog timeout, 30 s by default) renewed every third of it by
+    /// A short TTL (the backend's watchdog lease, 30 s by default) renewed every third of it by
     /// the backend's watchdog while the call runs. A crashed holder frees the lock within one TTL.
     Watchdog,
     /// A fixed lease of this length, never renewed: the call must finish within it. At least 100 ms.

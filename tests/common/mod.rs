@@ -78,9 +78,9 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// Starts the backend, letting the test adjust its settings.
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self;
     fn backend(&self) -> &Backend;
-    /// Makes the backend forget the fencing counter of `key`, as a restart without persistence or
-    /// an eviction would.
-    fn forget_fence_counter(&self, key: &str) -> impl std::future::Future<Output = ()> + Send;
+    /// Makes the backend forget the token marker of `key` (its last token), as a restart without
+    /// persistence or an eviction would.
+    fn forget_token_marker(&self, key: &str) -> impl std::future::Future<Output = ()> + Send;
     /// Remaining TTL of `key` on the server, `None` when the key is gone.
     fn pttl(&self, key: &str) -> impl std::future::Future<Output = Option<Duration>> + Send;
     /// A second client of the same server, with its own local queues and stats: what another
@@ -117,7 +117,7 @@ pub struct InProcess {
     backend: Backend,
 }
 
-/// The in-process backend forgets a counter by letting it expire: its fence counters live 1 ms.
+/// The in-process backend forgets a token marker by letting it expire: its markers live 1 ms.
 const IN_PROCESS_FENCE_TTL: Duration = Duration::from_millis(1);
 
 impl Fixture for InProcess {
@@ -132,7 +132,7 @@ impl Fixture for InProcess {
         &self.backend
     }
 
-    async fn forget_fence_counter(&self, _key: &str) {
+    async fn forget_token_marker(&self, _key: &str) {
         // No event marks a TTL running out; waiting it out is the point of this step.
         tokio::time::sleep(IN_PROCESS_FENCE_TTL * 2).await;
     }
@@ -237,7 +237,7 @@ impl<K: ServerKind> Fixture for OneServer<K> {
         &self.backend
     }
 
-    async fn forget_fence_counter(&self, key: &str) {
+    async fn forget_token_marker(&self, key: &str) {
         assert!(
             forget_marker(&self.server, &Self::lock_key(key)),
             "the released lock left its token marker"
@@ -325,7 +325,7 @@ impl Fixture for Redlock {
         &self.backend
     }
 
-    async fn forget_fence_counter(&self, key: &str) {
+    async fn forget_token_marker(&self, key: &str) {
         let lock = SingleRedis::lock_key(key);
         let forgotten = self
             .servers
@@ -396,7 +396,7 @@ impl Fixture for Sentinel {
         &self.backend
     }
 
-    async fn forget_fence_counter(&self, key: &str) {
+    async fn forget_token_marker(&self, key: &str) {
         assert!(
             forget_marker(self.primary(), &SingleRedis::lock_key(key)),
             "the released lock left its token marker"
@@ -472,7 +472,7 @@ impl Fixture for Cluster {
         &self.backend
     }
 
-    async fn forget_fence_counter(&self, key: &str) {
+    async fn forget_token_marker(&self, key: &str) {
         assert!(
             forget_marker(self.owner_of(key), &SingleRedis::lock_key(key)),
             "the released lock left its token marker"
