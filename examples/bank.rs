@@ -7,6 +7,7 @@
 //! | `POST /accounts/{id}/deposit` | `{"amount": 100}` | `account:<id>`, waits up to 5 s |
 //! | `POST /transfers` | `{"from": 1, "to": 2, "amount": 30}` | both accounts, all or none, waits up to 5 s |
 //! | `DELETE /accounts/{id}` | — | `account:<id>`, does not wait |
+//! | `GET /ready` | — | none: [`Backend::ping`](distlock::Backend::ping) — 200, or 503 with why |
 //!
 //! Each answers with the account(s) as JSON, `{"id": 1, "balance": 100}`; an account nobody has
 //! paid into holds 0. Failures:
@@ -160,7 +161,21 @@ pub fn router(ledger: Ledger) -> Router {
         .route("/accounts/{id}", get(balance).delete(close))
         .route("/accounts/{id}/deposit", post(deposit))
         .route("/transfers", post(transfer))
+        .route("/ready", get(ready))
         .with_state(ledger)
+}
+
+/// Readiness: the lock backend takes locks now (connections, credentials, rights). A load
+/// balancer sends no traffic to an instance that answers 503.
+async fn ready() -> Response {
+    let checked = match distlock::Registry::global().get(distlock::DEFAULT_BACKEND) {
+        Ok(backend) => backend.ping().await,
+        Err(not_configured) => Err(not_configured),
+    };
+    match checked {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why.to_string()).into_response(),
+    }
 }
 
 /// Serves [`router`] on `listener` until the process ends.

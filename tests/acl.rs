@@ -272,3 +272,66 @@ async fn the_doctor_names_missing_rights_of_the_lock_user() {
         "{findings:?}"
     );
 }
+
+/// `ping` (and `connect`, which builds and pings) fails at once with the error a lock would meet,
+/// its advice included: a wrong password, keys outside the user's pattern, release channels the
+/// user may not subscribe to; with the full rules it passes, and counts nothing in the stats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_names_a_wrong_password_and_a_missing_right() {
+    let server = RedisServer::start();
+    let url = create_user(&server, "locker", &distlock::redis_acl_rules(PREFIX));
+    let backend = Backend::builder(&url)
+        .prefix(PREFIX)
+        .connect()
+        .await
+        .unwrap();
+    backend.ping().await.unwrap();
+    let stats = backend.stats();
+    assert_eq!((stats.acquired, stats.released), (0, 0), "{stats:?}");
+    assert_eq!(
+        server.command(&["DBSIZE"]),
+        Reply::Int(1),
+        "only the probe's token marker"
+    );
+
+    let wrong = url.replace("locker-secret", "not-the-secret");
+    let err = Backend::builder(&wrong)
+        .prefix(PREFIX)
+        .connect()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("rejected the credentials; check the user name and password"),
+        "{text}"
+    );
+    assert!(!text.contains("not-the-secret"), "password leaked: {text}");
+    eprintln!("ping, wrong password: {text}");
+
+    let other_keys = distlock::redis_acl_rules("other");
+    let url = create_user(&server, "elsewhere", &other_keys);
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let text = backend.ping().await.unwrap_err().to_string();
+    assert!(text.to_lowercase().contains("noperm"), "{text}");
+    assert!(text.contains("distlock::redis_acl_rules(\"t\")"), "{text}");
+    eprintln!("ping, keys outside the user's pattern: {text}");
+
+    let no_channels = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    let url = create_user(&server, "nochannels", &no_channels);
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let text = backend.ping().await.unwrap_err().to_string();
+    assert!(text.to_lowercase().contains("noperm"), "{text}");
+    eprintln!("ping, no release channels: {text}");
+
+    // A right the probe does not use (`ZADD`: queues, readers), found by the doctor's check.
+    let rules =
+        distlock::redis_acl_rules(PREFIX).replace(" +zadd", "") + " +acl|whoami +acl|dryrun";
+    let url = create_user(&server, "nozadd", &rules);
+    let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
+    let text = backend.ping().await.unwrap_err().to_string();
+    assert!(
+        text.contains("ZADD") && text.contains("ACL SETUSER nozadd"),
+        "{text}"
+    );
+    eprintln!("ping, no ZADD: {text}");
+}

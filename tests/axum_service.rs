@@ -34,6 +34,12 @@ async fn bank_over_http() {
     };
     tokio::spawn(bank::serve(listener, Ledger::default()));
 
+    let ready = bank.call("GET", "/ready", None).await;
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (200, "ready"),
+        "{ready:?}"
+    );
     concurrent_deposits_and_transfers_keep_every_unit(&bank).await;
     // The holder is another client of the same server (another instance of the service, in
     // effect), so the handler's refusal comes from the server, with the holder's TTL.
@@ -142,6 +148,10 @@ async fn a_backend_that_is_down_is_503(bank: &Client, server: &mut RedisServer) 
     let reply = bank.call("DELETE", "/accounts/2", None).await;
     assert_eq!(reply.status, 503, "{reply:?}");
     assert_eq!(bank.account(2).await, before);
+    // And the instance says it is not ready, with why.
+    let ready = bank.call("GET", "/ready", None).await;
+    assert_eq!(ready.status, 503, "{ready:?}");
+    assert!(ready.body.contains("failed during ping"), "{ready:?}");
 }
 
 /// An HTTP/1.1 client for the bank: one connection per request (`Connection: close`), read to

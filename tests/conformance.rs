@@ -97,7 +97,49 @@ conformance!(
     shared_holders_have_their_own_leases,
     nested_kinds_reenter_or_refuse_upgrades,
     a_slow_backoff_does_not_let_readers_past_a_waiting_writer,
+    ping_checks_the_backend_without_touching_locks,
 );
+
+/// `ping` takes and releases its probe on the deployment (a quorum of Redlock's masters, the
+/// primary Sentinel names, the cluster node owning the probe's slot), and as often as it is
+/// called leaves nothing held, no lock of the application touched, nothing in the stats.
+async fn ping_checks_the_backend_without_touching_locks<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("ping");
+    let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+    let before = fx.backend().stats();
+    for _ in 0..3 {
+        within(Duration::from_secs(10), fx.backend().ping())
+            .await
+            .unwrap();
+    }
+    // Concurrent pings take turns on the backend's one probe.
+    let pings = (0..4).map(|_| fx.backend().ping());
+    for ping in futures_util::future::join_all(pings).await {
+        ping.unwrap();
+    }
+    let after = fx.backend().stats();
+    assert_eq!(
+        (after.acquired, after.released, after.busy),
+        (before.acquired, before.released, before.busy),
+        "{after:?}"
+    );
+    assert_eq!(
+        fx.backend()
+            .inspect(&key)
+            .await
+            .unwrap()
+            .map(|h| h.fencing_token),
+        Some(guard.fencing_token())
+    );
+    let held = fx.backend().list("*").await.unwrap();
+    assert_eq!(
+        held.len(),
+        1,
+        "only the application's lock is held: {held:?}"
+    );
+    guard.release().await.unwrap();
+}
 
 /// `future`'s output, or a panic naming the deadline: a broken implementation fails the test
 /// instead of hanging CI.

@@ -69,6 +69,9 @@ pub(crate) struct BackendInner {
     pub(crate) gates: Arc<Gates>,
     pub(crate) hooks: SharedHooks,
     pub(crate) deployment: &'static str,
+    /// The key [`ping`](Backend::ping) probes, one per backend (so that its token marker is one
+    /// key however often it pings); held while a ping runs, so pings take turns.
+    pub(crate) ping_probe: tokio::sync::Mutex<String>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -101,6 +104,10 @@ impl Backend {
                 gates: Arc::default(),
                 hooks,
                 deployment,
+                ping_probe: tokio::sync::Mutex::new(format!(
+                    "__distlock_ping:{}",
+                    crate::owner::Owner::random().as_str()
+                )),
             }),
         }
     }

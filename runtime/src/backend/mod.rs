@@ -5,6 +5,7 @@ mod build;
 pub(crate) mod builder;
 pub(crate) mod handle;
 pub(crate) mod operator;
+mod ping;
 pub(crate) mod spec;
 
 pub use builder::BackendBuilder;

@@ -1,0 +1,128 @@
+//! [`Backend::ping`] and [`BackendBuilder::connect`]: is the backend usable, now — for readiness
+//! probes and for failing at start-up instead of at the first request.
+
+use super::builder::BackendBuilder;
+use super::handle::Backend;
+use crate::engine::{Acquired, Asker, GrantedAs, Ownership};
+use crate::error::{BackendError, LockError};
+use crate::kind::LockKind;
+use crate::owner::Owner;
+use std::time::Duration;
+
+/// The probe lock's lease: long enough to be released by the probe itself, short enough that a
+/// probe cut off midway leaves nothing for long.
+const PROBE_LEASE: Duration = Duration::from_secs(2);
+
+impl Backend {
+    /// Checks that locks can be taken on this backend now: opens the connections (checking the
+    /// credentials, the certificates, the database), takes and releases a probe lock through the
+    /// lock scripts (loading them, and exercising the key pattern and the commands a grant and a
+    /// release run), subscribes to its release channel as a waiter would, and, where the server
+    /// lets its user ask (`ACL DRYRUN`), checks every right locks need (the doctor's `acl`
+    /// check). On Redlock, a quorum of masters must answer, as for
+    /// a lock; with [`min_replicas`](crate::BackendBuilder::min_replicas), the replicas must
+    /// acknowledge the probe.
+    ///
+    /// The probe's key is `<prefix>:{__distlock_ping:<random>}`, one per backend (after a
+    /// release it leaves one token marker, for [`marker_ttl`](crate::BackendBuilder::marker_ttl));
+    /// concurrent pings of a backend take turns. Nothing is counted in [`stats`](Self::stats) or
+    /// the metrics. For a readiness endpoint:
+    ///
+    /// ```
+    /// # async fn ready(backend: distlock::Backend) -> (u16, String) {
+    /// match backend.ping().await {
+    ///     Ok(()) => (200, "ready".into()),
+    ///     Err(err) => (503, err.to_string()),
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// The error a lock would meet, with its advice: [`LockError::Backend`] for a server that is
+    /// unreachable, refuses the credentials, denies a right (naming the rules to grant), or
+    /// answers what distlock did not write; [`LockError::ReplicasNotAcknowledged`] when too few
+    /// replicas acknowledge.
+    ///
+    /// # Cancel safety
+    /// Safe to drop at any point: a probe lock taken and not yet released expires within 2 s
+    /// (a ping meanwhile passes over it), and no lock of the application is touched.
+    pub async fn ping(&self) -> Result<(), LockError> {
+        let probe = self.inner.ping_probe.lock().await;
+        self.probe_lock(&probe).await?;
+        // Release notifications: the subscription a waiter makes (a user without the release
+        // channels fails here, as a waiter would).
+        let watch = self.inner.engine.watch(&probe).await;
+        drop(watch.map_err(|failure| self.backend_error("ping", failure))?);
+        let findings = self
+            .inner
+            .engine
+            .doctor()
+            .await
+            .map_err(|failure| self.backend_error("ping", failure))?;
+        match findings.into_iter().find(|finding| finding.check == "acl") {
+            Some(denied) => Err(LockError::Backend(BackendError::new(
+                self.name(),
+                "ping",
+                false,
+                denied.advice,
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes and releases `probe`, as a single try with a fixed lease.
+    async fn probe_lock(&self, probe: &str) -> Result<(), LockError> {
+        let engine = &self.inner.engine;
+        let owner = Owner::random();
+        let exclusive = LockKind::Exclusive;
+        let acquired = engine
+            .acquire(probe, &owner, PROBE_LEASE, Asker::Once, exclusive)
+            .await;
+        let granted = match acquired.map_err(|failure| self.backend_error("ping", failure))? {
+            Acquired::Yes { fence } => GrantedAs::Quietly { fence },
+            Acquired::Unreplicated {
+                acknowledged,
+                wanted,
+                timeout,
+            } => {
+                return Err(LockError::ReplicasNotAcknowledged {
+                    key: probe.to_owned(),
+                    acknowledged,
+                    wanted,
+                    timeout,
+                })
+            }
+            // The probe of a ping dropped midway, still held (for at most PROBE_LEASE): the
+            // server answered the lock script, which is what this step checks.
+            Acquired::Busy { .. } => return Ok(()),
+        };
+        match engine.release(probe, &owner, exclusive, granted).await {
+            Ok(Ownership::Ours) => Ok(()),
+            Ok(found) => Err(self.backend_error(
+                "ping",
+                crate::engine::EngineFailure {
+                    ambiguous: false,
+                    source: format!("the probe lock was not ours at release: {found:?}").into(),
+                },
+            )),
+            Err(failure) => Err(self.backend_error("ping", failure)),
+        }
+    }
+}
+
+impl BackendBuilder {
+    /// [`build`](Self::build), then [`ping`](Backend::ping): a backend whose connections are open
+    /// and whose server accepts locks, or the error that says why not — at start-up, not at the
+    /// first request.
+    ///
+    /// # Errors
+    /// `build`'s, then `ping`'s.
+    ///
+    /// # Cancel safety
+    /// As [`Backend::ping`]: dropping it leaves at most a probe lock that expires within 2 s.
+    pub async fn connect(self) -> Result<Backend, LockError> {
+        let backend = self.build()?;
+        backend.ping().await?;
+        Ok(backend)
+    }
+}
