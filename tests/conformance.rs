@@ -98,6 +98,7 @@ conformance!(
     nested_kinds_reenter_or_refuse_upgrades,
     a_slow_backoff_does_not_let_readers_past_a_waiting_writer,
     ping_checks_the_backend_without_touching_locks,
+    extend_lengthens_a_fixed_lease_on_the_server_and_locally,
 );
 
 /// `ping` takes and releases its probe on the deployment (a quorum of Redlock's masters, the
@@ -269,6 +270,73 @@ async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
     assert!(next.fencing_token() > guard.fencing_token());
     assert_eq!(guard.release().await.unwrap(), Released::TakenOver);
     assert_eq!(fx.backend().stats().release_taken_over, 1);
+}
+
+/// `extend` adds to a fixed lease on the server (the key's TTL is what was left plus the
+/// extension) and locally (the lease outlives its first end); a lease lost or taken over is not
+/// extended back, and a watchdog lease has nothing to extend.
+async fn extend_lengthens_a_fixed_lease_on_the_server_and_locally<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let key = unique_key("extend");
+    let first = Duration::from_millis(400);
+    let guard = Lock::new(&key)
+        .on(fx.backend())
+        .lease(Lease::Fixed(first))
+        .acquire()
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    guard.extend(Duration::from_secs(20)).await.unwrap();
+    let on_server = fx.pttl(&key).await.expect("held");
+    assert!(
+        on_server > Duration::from_secs(19) && on_server <= Duration::from_secs(21),
+        "the key's TTL is {on_server:?} after extending a {first:?} lease by 20s"
+    );
+    // Cancelled after its first poll (the request may be on its way, or done where the engine
+    // answers at once): the lease stays held, whatever the server did.
+    let cancelled = futures_util::FutureExt::now_or_never(guard.extend(Duration::from_secs(1)));
+    assert!(cancelled.as_ref().is_none_or(Result::is_ok), "{cancelled:?}");
+    assert!(guard.is_held());
+    // Past the first end, the lease holds, and the lock is still ours.
+    tokio::time::sleep((granted + first * 2).saturating_duration_since(Instant::now())).await;
+    assert!(guard.is_held());
+    assert_eq!(
+        fx.backend()
+            .inspect(&key)
+            .await
+            .unwrap()
+            .map(|h| h.fencing_token),
+        Some(guard.fencing_token())
+    );
+    // Taken over: the extension finds it and the lease is lost, not lengthened.
+    let holder = fx.backend().inspect(&key).await.unwrap().expect("held");
+    assert_eq!(
+        raw::release(fx.backend(), &key, &holder.owner)
+            .await
+            .unwrap(),
+        1
+    );
+    raw::acquire(
+        fx.backend(),
+        &key,
+        &raw::new_owner(),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap()
+    .expect("free after the delete");
+    let err = guard.extend(Duration::from_secs(20)).await.unwrap_err();
+    assert_eq!(err.lost_reason(), Some(LostReason::TakenOver), "{err:?}");
+    assert!(!guard.is_held());
+
+    let watched = Lock::new(unique_key("extend-watchdog"))
+        .on(fx.backend())
+        .acquire()
+        .await
+        .unwrap();
+    let err = watched.extend(Duration::from_secs(1)).await.unwrap_err();
+    assert!(err.to_string().contains("renewed by the watchdog"), "{err}");
+    watched.release().await.unwrap();
 }
 
 async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {

@@ -11,6 +11,7 @@ use crate::stats::Stats;
 use crate::watchdog::LeaseId;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One key of a guard: its lease and its watchdog registration.
 pub(crate) struct Held {
@@ -107,6 +108,67 @@ impl LockGuard {
             })
         });
         futures_util::future::select_all(losses).await.0
+    }
+
+    /// Extends a fixed lease ([`Lease::Fixed`](crate::Lease::Fixed), `lease = "10s"`) by `by`:
+    /// on the server, every key's TTL becomes what is left of its lease plus `by`, checked
+    /// against its owner token (as a renewal is); locally, each lease's validity moves forward
+    /// from when the request was sent, as a renewal's does. redsync's and rslock's `extend`, with
+    /// the same safety as distlock's renewals.
+    ///
+    /// ```
+    /// # use distlock::{Backend, Lease, Lock};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// # let backend = Backend::in_process();
+    /// let guard = Lock::new("report:7")
+    ///     .on(&backend)
+    ///     .lease(Lease::Fixed(Duration::from_secs(10)))
+    ///     .acquire()
+    ///     .await?;
+    /// // … the report takes longer than planned:
+    /// guard.extend(Duration::from_secs(10)).await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`LockError::Lost`] when a key's lease is gone (expired, or found taken over or deleted
+    ///   by this extension): the lock is not extended, and is not ours.
+    /// - [`LockError::InvalidConfig`] for a watchdog lease, which the watchdog renews for as long
+    ///   as the call runs (there is nothing to extend: bound it with `max_hold` instead), and for
+    ///   a lock handed over by another process moments ago whose confirmation is still under way
+    ///   (a third of the grant time, at most 100 ms by default): the confirmation renews it to
+    ///   its TTL, and an extension racing it could be undone on the server.
+    /// - [`LockError::Backend`] when the server did not answer: the extension may or may not have
+    ///   happened, and the lease's validity stays where it was (safe: the server's TTL is never
+    ///   shorter than that).
+    ///
+    /// # Cancel safety
+    /// Safe to drop: an extension sent but not confirmed may lengthen the keys' TTLs on the
+    /// server, never the local validity, so the guard's view stays conservative; dropping the
+    /// guard still releases the keys.
+    pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
+        self.check()?;
+        if self.leases().any(|lease| lease.renewing) {
+            return Err(LockError::invalid_config(
+                "lease",
+                "is renewed by the watchdog while the call runs, so extend() has nothing to \
+                 extend; it is for a fixed lease (`lease = \"10s\"`, Lease::Fixed). Bound a \
+                 watchdog lease with max_hold instead",
+            ));
+        }
+        if self.leases().any(|lease| lease.confirming()) {
+            return Err(LockError::invalid_config(
+                "extend",
+                "came while the lock, handed over by another process moments ago, is still being \
+                 confirmed (within a third of its grant time); extend it after that",
+            ));
+        }
+        crate::extend::extend(&self.backend, self.leases(), by).await?;
+        self.check()
     }
 
     /// Stops renewal and releases every key. A key that had expired or was taken over is reported

@@ -239,6 +239,13 @@ impl HeldLease {
         from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
+    /// An extension sent at `sent_at`, valid for `valid_for` from then, was confirmed by the
+    /// server ([`LockGuard::extend`](crate::LockGuard::extend)).
+    pub(crate) fn extended(&self, sent_at: Instant, valid_for: Duration) {
+        let until = to_nanos(sent_at + valid_for);
+        self.valid_until.fetch_max(until, Ordering::AcqRel);
+    }
+
     /// A renewal sent at `sent_at` was confirmed by the server.
     pub(crate) fn renewed(&self, sent_at: Instant) {
         let until = to_nanos(sent_at + self.valid_for);

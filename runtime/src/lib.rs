@@ -67,6 +67,7 @@ mod doctor;
 mod engine;
 mod engines;
 mod error;
+mod extend;
 mod fenced;
 mod glob;
 mod guard;
