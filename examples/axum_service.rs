@@ -8,7 +8,11 @@
 //! curl -X POST localhost:3000/transfers -H 'content-type: application/json' -d '{"from": 1, "to": 2, "amount": 30}'
 //! curl localhost:3000/accounts/2
 //! curl -X DELETE localhost:3000/accounts/1
+//! curl localhost:3000/ready          # 200 while the lock backend takes locks, else 503 and why
 //! ```
+//!
+//! Ctrl-C shuts it down gracefully: requests in flight finish, then the locks still held are
+//! released at once (`Registry::shutdown_all`).
 
 use distlock::{Backend, Registry, DEFAULT_BACKEND};
 use distlock_examples::bank::{self, Ledger};
@@ -20,8 +24,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var_os(distlock::ENV_URL).is_none() {
         Registry::global().register(DEFAULT_BACKEND, Backend::in_process())?;
     }
-    // Built now, so a bad DISTLOCK_URL stops the program here rather than failing each request.
+    // Built and pinged now, so a bad DISTLOCK_URL, password or ACL stops the program here rather
+    // than failing each request.
     let backend = Registry::global().get(DEFAULT_BACKEND)?;
+    backend.ping().await?;
     let addr = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "127.0.0.1:3000".into());
@@ -30,6 +36,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "bank listening on http://{} (locks: {backend:?})",
         listener.local_addr()?
     );
-    bank::serve(listener, Ledger::default()).await?;
+    // Ctrl-C (or SIGINT from the supervisor): requests in flight finish, then the locks still
+    // held are released at once.
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    bank::serve_until(listener, Ledger::default(), stop).await?;
     Ok(())
 }

@@ -14,7 +14,8 @@
 //!
 //! - **409 Conflict** with `Retry-After`: the account is locked by someone else for longer than
 //!   the handler waits ([`LockError::Busy`]);
-//! - **503 Service Unavailable**: the lock backend failed, or the lock was lost mid-request;
+//! - **503 Service Unavailable**: the lock backend failed, the lock was lost mid-request, or the
+//!   service is shutting down;
 //! - **422 Unprocessable Entity**: a request that cannot be carried out (a transfer to the same
 //!   account, or of more than the balance), and — axum's own rejection — a body of the wrong shape,
 //!   such as a zero or negative amount;
@@ -146,7 +147,8 @@ impl IntoResponse for ApiError {
             ApiError::Lock(
                 LockError::Backend(_)
                 | LockError::Lost { .. }
-                | LockError::ReplicasNotAcknowledged { .. },
+                | LockError::ReplicasNotAcknowledged { .. }
+                | LockError::ShutDown { .. },
             ) => StatusCode::SERVICE_UNAVAILABLE,
             // NotConfigured, InvalidConfig, InvalidKey: this deployment is broken, not the request.
             ApiError::Lock(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -181,6 +183,24 @@ async fn ready() -> Response {
 /// Serves [`router`] on `listener` until the process ends.
 pub async fn serve(listener: TcpListener, ledger: Ledger) -> std::io::Result<()> {
     axum::serve(listener, router(ledger)).await
+}
+
+/// Serves [`router`] on `listener` until `stop` resolves, then shuts down gracefully: no new
+/// connections, the requests in flight finish (and release their locks), and then every lock
+/// backend is shut down ([`Registry::shutdown_all`](distlock::Registry::shutdown_all)) — a lock
+/// a request still held is released now, not left to its TTL for the next instance to wait out.
+pub async fn serve_until(
+    listener: TcpListener,
+    ledger: Ledger,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(ledger))
+        .with_graceful_shutdown(stop)
+        .await?;
+    distlock::Registry::global()
+        .shutdown_all()
+        .await
+        .map_err(std::io::Error::from)
 }
 
 /// A single read needs no lock: the ledger writes every access whole.

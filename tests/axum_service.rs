@@ -32,7 +32,10 @@ async fn bank_over_http() {
     let bank = Client {
         addr: listener.local_addr().unwrap(),
     };
-    tokio::spawn(bank::serve(listener, Ledger::default()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(bank::serve_until(listener, Ledger::default(), async {
+        let _ = stopped.await;
+    }));
 
     let ready = bank.call("GET", "/ready", None).await;
     assert_eq!(
@@ -47,6 +50,44 @@ async fn bank_over_http() {
     a_busy_account_is_409_with_retry_after(&bank, &other_instance).await;
     requests_that_cannot_be_carried_out_are_rejected(&bank).await;
     a_backend_that_is_down_is_503(&bank, &mut server).await;
+    server.restart();
+    let observer = Backend::builder(server.url()).build().unwrap();
+    shuts_down_gracefully_and_frees_its_locks(&bank, &observer, stop, serving).await;
+}
+
+/// Stopping the service: it stops serving, and the locks the process still held (here a
+/// background job's, on the service's `"default"` backend) are free at once, not after their
+/// 30 s TTL; the backend takes no new locks.
+async fn shuts_down_gracefully_and_frees_its_locks(
+    bank: &Client,
+    observer: &Backend,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    // (The acquire retries through the reconnection the server's restart needs.)
+    let job = Lock::new("job:nightly").acquire().await.unwrap();
+    let ready = bank.call("GET", "/ready", None).await;
+    assert_eq!(ready.status, 200, "{ready:?}");
+    let started = std::time::Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), serving)
+        .await
+        .expect("the service did not stop")
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(observer.inspect("job:nightly").await.unwrap(), None);
+    assert!(!job.is_held());
+    let refused = Lock::new("job:next").acquire().await.unwrap_err();
+    assert!(
+        matches!(refused, distlock::LockError::ShutDown { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        TcpStream::connect(bank.addr).await.is_err(),
+        "still serving"
+    );
+    eprintln!("graceful shutdown: stopped in {took:?}, the job's lock freed at once");
 }
 
 /// Every deposit and transfer waits its turn and succeeds; the balances are exact. Without the

@@ -12,7 +12,7 @@ use kinds::*;
 
 use common::{Cluster, Fixture, InProcess, Redlock, Sentinel, SingleRedis, Valkey};
 use distlock::__private::raw;
-use distlock::{Lease, Lock, LockError, LostReason, OnLost, Released};
+use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -99,6 +99,7 @@ conformance!(
     a_slow_backoff_does_not_let_readers_past_a_waiting_writer,
     ping_checks_the_backend_without_touching_locks,
     extend_lengthens_a_fixed_lease_on_the_server_and_locally,
+    shutdown_frees_every_lock_and_refuses_new_ones,
 );
 
 /// `ping` takes and releases its probe on the deployment (a quorum of Redlock's masters, the
@@ -295,7 +296,10 @@ async fn extend_lengthens_a_fixed_lease_on_the_server_and_locally<F: Fixture>() 
     // Cancelled after its first poll (the request may be on its way, or done where the engine
     // answers at once): the lease stays held, whatever the server did.
     let cancelled = futures_util::FutureExt::now_or_never(guard.extend(Duration::from_secs(1)));
-    assert!(cancelled.as_ref().is_none_or(Result::is_ok), "{cancelled:?}");
+    assert!(
+        cancelled.as_ref().is_none_or(Result::is_ok),
+        "{cancelled:?}"
+    );
     assert!(guard.is_held());
     // Past the first end, the lease holds, and the lock is still ours.
     tokio::time::sleep((granted + first * 2).saturating_duration_since(Instant::now())).await;
@@ -337,6 +341,54 @@ async fn extend_lengthens_a_fixed_lease_on_the_server_and_locally<F: Fixture>() 
     let err = watched.extend(Duration::from_secs(1)).await.unwrap_err();
     assert!(err.to_string().contains("renewed by the watchdog"), "{err}");
     watched.release().await.unwrap();
+}
+
+/// `shutdown` releases every lease of the backend on the deployment (exclusive, read, permit),
+/// tells their holders, and refuses new locks; another client takes the keys at once.
+async fn shutdown_frees_every_lock_and_refuses_new_ones<F: Fixture>() {
+    let fx = F::start(|b| b);
+    let other = fx.contender();
+    let keys = [unique_key("down"), unique_key("down"), unique_key("down")];
+    let mut guards = Vec::new();
+    for (key, kind) in keys
+        .iter()
+        .zip([LockKind::Exclusive, LockKind::Read, LockKind::Permits(2)])
+    {
+        let guard = Lock::new(key)
+            .on(fx.backend())
+            .kind(kind)
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    within(Duration::from_secs(10), fx.backend().shutdown())
+        .await
+        .unwrap();
+    for guard in &guards {
+        assert_eq!(
+            guard.check().unwrap_err().lost_reason(),
+            Some(LostReason::ShutDown)
+        );
+    }
+    for key in &keys {
+        let taken = Lock::new(key).on(&other).acquire().await;
+        assert!(
+            taken.is_ok(),
+            "`{key}` still held after shutdown: {taken:?}"
+        );
+    }
+    let refused = Lock::new(unique_key("down"))
+        .on(fx.backend())
+        .acquire()
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::ShutDown { .. })),
+        "{refused:?}"
+    );
+    for guard in guards {
+        assert_eq!(guard.release().await.unwrap(), Released::Released);
+    }
 }
 
 async fn foreign_tokens_can_neither_release_nor_renew<F: Fixture>() {

@@ -181,6 +181,8 @@ impl Request<'_> {
             // handover's message can overtake that reply (another connection).
             attempt.expect_handover();
             let asked = placed.is_none();
+            // A waiter of a backend shutting down stops (dropping `attempt` gives up its place).
+            self.backend.refuse_when_closing()?;
             let (outcome, sent_at) = match placed.take() {
                 // Queued already: as if the server had just said so.
                 Some((since, grant)) => {

@@ -17,6 +17,9 @@ pub enum LostReason {
     TakenOver,
     /// `max_hold` elapsed: the watchdog stopped renewing so a stuck call cannot hold the lock forever.
     MaxHoldExceeded,
+    /// The backend shut down ([`Backend::shutdown`](crate::Backend::shutdown)): it released the
+    /// lock so that the next holder need not wait out its TTL.
+    ShutDown,
 }
 
 impl LostReason {
@@ -32,6 +35,7 @@ impl LostReason {
             LostReason::Gone => "gone",
             LostReason::TakenOver => "taken_over",
             LostReason::MaxHoldExceeded => "max_hold_exceeded",
+            LostReason::ShutDown => "shut_down",
         }
     }
 }
@@ -45,6 +49,7 @@ impl fmt::Display for LostReason {
             LostReason::Gone => "the key expired or was deleted on the server",
             LostReason::TakenOver => "another owner holds the key now",
             LostReason::MaxHoldExceeded => "the call ran past max_hold, so renewal stopped",
+            LostReason::ShutDown => "the backend shut down and released it",
         })
     }
 }
@@ -222,6 +227,15 @@ pub enum LockError {
         wanted: String,
         /// What to do instead.
         advice: &'static str,
+    },
+    /// The backend was shut down ([`Backend::shutdown`](crate::Backend::shutdown)): it takes no
+    /// new locks.
+    #[error(
+        "lock backend `{backend}` is shut down and takes no new locks (the process is stopping)"
+    )]
+    ShutDown {
+        /// The registry name.
+        backend: String,
     },
     /// `checkpoint()` was called outside a locked call.
     #[error("no lock is held here: distlock::checkpoint() only works inside a locked call (an annotated fn or Lock::run), in the same task")]

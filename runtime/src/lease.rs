@@ -69,6 +69,8 @@ pub(crate) struct HeldLease {
     /// Handed over by the previous holder's release, held on the server for a short grant time
     /// until the watchdog's first renewal confirms it (then cleared).
     confirming: AtomicBool,
+    /// Released by the backend's shutdown: the guard's own release has nothing left to do.
+    released_at_shutdown: AtomicBool,
     lost: watch::Sender<Option<LostReason>>,
     /// The process-local turn for the key: other local waiters stay queued while we hold it.
     /// Given up on release, and as soon as the lease is lost — the key is no longer ours to keep.
@@ -110,6 +112,7 @@ impl HeldLease {
             first_try: false,
             valid_until: AtomicU64::new(to_nanos(requested_at + valid_for)),
             confirming: AtomicBool::new(false),
+            released_at_shutdown: AtomicBool::new(false),
             lost: watch::Sender::new(None),
             turn: Mutex::new(None),
             run_started: requested_at,
@@ -244,6 +247,16 @@ impl HeldLease {
     pub(crate) fn extended(&self, sent_at: Instant, valid_for: Duration) {
         let until = to_nanos(sent_at + valid_for);
         self.valid_until.fetch_max(until, Ordering::AcqRel);
+    }
+
+    /// The backend's shutdown released this lease on the server.
+    pub(crate) fn released_at_shutdown(&self) {
+        self.released_at_shutdown.store(true, Ordering::Release);
+    }
+
+    /// Whether [`released_at_shutdown`](Self::released_at_shutdown) happened.
+    pub(crate) fn was_released_at_shutdown(&self) -> bool {
+        self.released_at_shutdown.load(Ordering::Acquire)
     }
 
     /// A renewal sent at `sent_at` was confirmed by the server.

@@ -100,7 +100,7 @@ pub use crate::metrics::describe_metrics;
 pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
 pub use backend::{
     Backend, BackendBuilder, HeldLock, LockEvent, LockEventKind, LockEvents, Notifications,
-    MIN_LEASE,
+    MIN_LEASE, SHUTDOWN_TIMEOUT,
 };
 pub use config::{
     ENV_HOLDER_LABEL, ENV_MIN_REPLICAS, ENV_PREFIX, ENV_REPLICA_TIMEOUT, ENV_TLS_CA_FILE,

@@ -277,20 +277,10 @@ impl Lock {
         acquired
     }
 
-    /// Checks the lock's settings, then takes `keys` one by one, in order, into one guard (all or
-    /// none).
-    ///
-    /// # Cancel safety
-    /// Dropping the future drops the key's acquire in progress (see `Request::acquire`) and the
-    /// guard, which releases the keys taken so far in the background; dropped while the guard
-    /// releases them after a failure, that release finishes in the background.
-    async fn take_keys(
-        self,
-        backend: Backend,
-        keys: Vec<String>,
-        labels: &Labels,
-        started: Instant,
-    ) -> Result<LockGuard, LockError> {
+    /// The lease's TTL and whether it is renewed, once the request is checked: a lease long
+    /// enough, at least one key (one for a semaphore), a kind the engine supports, valid keys,
+    /// a backend that is not shut down.
+    fn check(&self, backend: &Backend, keys: &[String]) -> Result<(Duration, bool), LockError> {
         let (ttl, renewing) = match self.lease {
             Lease::Watchdog => (backend.watchdog_lease(), true),
             Lease::Fixed(ttl) if ttl < MIN_LEASE => {
@@ -309,6 +299,7 @@ impl Lock {
                 reason: "no key was given; a lock needs at least one".into(),
             });
         }
+        backend.refuse_when_closing()?;
         match self.kind {
             LockKind::Permits(0) => {
                 return Err(LockError::invalid_config(
@@ -331,9 +322,27 @@ impl Lock {
         if let Err(why) = backend.inner.engine.supports(self.kind) {
             return Err(LockError::invalid_config("kind", why));
         }
-        for key in &keys {
+        for key in keys {
             crate::key::validate(key, backend.inner.settings.max_key_len)?;
         }
+        Ok((ttl, renewing))
+    }
+
+    /// Checks the lock's settings, then takes `keys` one by one, in order, into one guard (all or
+    /// none).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the key's acquire in progress (see `Request::acquire`) and the
+    /// guard, which releases the keys taken so far in the background; dropped while the guard
+    /// releases them after a failure, that release finishes in the background.
+    async fn take_keys(
+        self,
+        backend: Backend,
+        keys: Vec<String>,
+        labels: &Labels,
+        started: Instant,
+    ) -> Result<LockGuard, LockError> {
+        let (ttl, renewing) = self.check(&backend, &keys)?;
         let deadline = match self.wait {
             Wait::For(budget) => Some(started + budget),
             Wait::Forever => None,
@@ -365,6 +374,11 @@ impl Lock {
             // (released on drop) the moment the acquire future returns.
             let id = backend.inner.watchdog.register(lease.clone());
             guard.push(Held { id, lease });
+        }
+        // A grant that raced the backend's shutdown is given back: nothing is held past it.
+        if let Err(closed) = backend.refuse_when_closing() {
+            let _ = guard.release().await;
+            return Err(closed);
         }
         backend.inner.stats.record_wait(started.elapsed());
         guard.complete();

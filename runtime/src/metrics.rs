@@ -9,7 +9,7 @@
 //! | `distlock_acquisitions_total` | counter | `outcome` | acquisitions that ended: `acquired`, `busy` (the wait budget ran out), `error` (any other failure: the server, replicas, an invalid key or lease) |
 //! | `distlock_wait_seconds` | histogram | | time from the call to the lock acquired, for `acquired` outcomes |
 //! | `distlock_hold_seconds` | histogram | | time from the lock acquired until its call gave it up (released it, dropped its guard, returned, panicked or was cancelled) |
-//! | `distlock_leases_lost_total` | counter | `reason` | leases lost while held, by [`LostReason`](crate::LostReason): `expired`, `gone`, `taken_over`, `max_hold_exceeded` |
+//! | `distlock_leases_lost_total` | counter | `reason` | leases lost while held, by [`LostReason`](crate::LostReason): `expired`, `gone`, `taken_over`, `max_hold_exceeded`, `shut_down` |
 //! | `distlock_renewals_total` | counter | | leases the watchdog renewed (one per key per confirmed renewal) |
 //! | `distlock_releases_total` | counter | `outcome` | releases the server answered, by [`Released`](crate::Released): `released`, `expired` (the lock had run out before), `taken_over` (another owner held the key) |
 //! | `distlock_leases_held` | gauge | | keys this process's calls hold now |
@@ -281,7 +281,7 @@ mod imp {
         describe_counter!(
             names::LEASES_LOST,
             Unit::Count,
-            "Leases lost while held, by reason: expired, gone, taken_over, max_hold_exceeded"
+            "Leases lost while held, by reason: expired, gone, taken_over, max_hold_exceeded, shut_down"
         );
         describe_counter!(
             names::RENEWALS,

@@ -69,6 +69,12 @@ impl Registry {
         Ok(())
     }
 
+    /// Every backend registered (or built from the environment), in no particular order.
+    pub(crate) fn backends(&self) -> Vec<Backend> {
+        let backends = self.backends.read().unwrap_or_else(|e| e.into_inner());
+        backends.values().cloned().collect()
+    }
+
     /// The backend registered as `name` (for `"default"`, built from the environment when needed).
     pub fn get(&self, name: &str) -> Result<Backend, LockError> {
         if let Some(backend) = self

@@ -368,6 +368,21 @@ impl Drop for Unreleased<'_> {
     }
 }
 
+/// Releases `lease` for [`Backend::shutdown`](crate::Backend::shutdown) (plainly: no local
+/// transfer, the process's waiters are refused); `true` when the server answered.
+///
+/// # Cancel safety
+/// Dropped midway (shutdown's bound), the release may or may not have run; the lease is left
+/// to expire by its TTL, as a dead server would leave it.
+pub(crate) async fn release_at_shutdown(backend: &Backend, lease: &HeldLease) -> bool {
+    let released = release_one(backend, lease, false).await.is_ok();
+    if released {
+        lease.released_at_shutdown();
+    }
+    lease.pass_turn();
+    released
+}
+
 /// Releases `leases` on a task of the current runtime, for a caller that cannot wait: a guard
 /// dropped without [`LockGuard::release`](crate::LockGuard::release), a cancelled call, an
 /// acquire whose reply was lost. `front_sent`: the first key's release (or, for an unconfirmed
@@ -511,6 +526,9 @@ async fn release_one(
         background = maybe_released,
     );
     async {
+        if lease.was_released_at_shutdown() {
+            return Ok(Released::Released);
+        }
         let mut reply_lost = maybe_released;
         let mut attempt = 0;
         loop {

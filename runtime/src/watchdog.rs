@@ -127,6 +127,18 @@ impl Watchdog {
         id
     }
 
+    /// Every registered lease, deregistered: nothing is renewed or watched any more.
+    pub(crate) fn take_all(&self) -> Vec<Arc<HeldLease>> {
+        let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        let leases = std::mem::take(&mut table.entries)
+            .into_values()
+            .map(|entry| entry.lease)
+            .collect();
+        drop(table);
+        self.shared.wake.notify_one();
+        leases
+    }
+
     pub(crate) fn deregister(&self, id: LeaseId) {
         let mut table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.entries.remove(&id);

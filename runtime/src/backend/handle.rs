@@ -72,6 +72,8 @@ pub(crate) struct BackendInner {
     /// The key [`ping`](Backend::ping) probes, one per backend (so that its token marker is one
     /// key however often it pings); held while a ping runs, so pings take turns.
     pub(crate) ping_probe: tokio::sync::Mutex<String>,
+    /// Set by [`shutdown`](Backend::shutdown): no new locks.
+    pub(crate) closing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Backend {
@@ -104,6 +106,7 @@ impl Backend {
                 gates: Arc::default(),
                 hooks,
                 deployment,
+                closing: std::sync::atomic::AtomicBool::new(false),
                 ping_probe: tokio::sync::Mutex::new(format!(
                     "__distlock_ping:{}",
                     crate::owner::Owner::random().as_str()
@@ -187,6 +190,20 @@ impl Backend {
             .doctor()
             .await
             .map_err(|failure| self.backend_error("doctor", failure))
+    }
+
+    /// [`LockError::ShutDown`] once [`shutdown`](Self::shutdown) began.
+    pub(crate) fn refuse_when_closing(&self) -> Result<(), LockError> {
+        match self
+            .inner
+            .closing
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            true => Err(LockError::ShutDown {
+                backend: self.name().to_owned(),
+            }),
+            false => Ok(()),
+        }
     }
 
     pub(crate) fn backend_error(

@@ -6,11 +6,13 @@ pub(crate) mod builder;
 pub(crate) mod handle;
 pub(crate) mod operator;
 mod ping;
+mod shutdown;
 pub(crate) mod spec;
 
 pub use builder::BackendBuilder;
 pub use handle::{Backend, MIN_LEASE};
 pub use operator::{HeldLock, LockEvent, LockEventKind, LockEvents, Notifications};
+pub use shutdown::SHUTDOWN_TIMEOUT;
 
 #[cfg(test)]
 mod tests {
