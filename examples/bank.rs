@@ -25,7 +25,7 @@
 //! or set `DISTLOCK_URL`.
 
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -100,20 +100,11 @@ pub struct Transferred {
     pub to: Account,
 }
 
-/// `Retry-After` of a 409, in whole seconds: the holder's remaining lease as the server reported
-/// it ([`LockError::retry_after`]), rounded up, at least 1 (the smallest value the header
-/// carries); 1 when the call never asked the server. A watchdog holder may renew past it, but
-/// nothing tells a client more.
-pub fn retry_after_secs(busy: &LockError) -> u64 {
-    busy.retry_after()
-        .map_or(1, |left| left.as_millis().div_ceil(1000) as u64)
-        .max(1)
-}
-
 /// Everything a handler can fail with; each variant is one status.
 #[derive(Debug)]
 pub enum ApiError {
-    /// The lock said no: busy (409), failing or lost (503), misconfigured (500).
+    /// The lock said no: answered by distlock's `IntoResponse` (busy 409, failing, lost or
+    /// shutting down 503, misconfigured 500).
     Lock(LockError),
     /// 422: the request is well-formed but cannot be carried out.
     Invalid(String),
@@ -136,24 +127,12 @@ impl std::fmt::Display for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let message = self.to_string();
-        let status = match self {
-            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Lock(busy @ LockError::Busy { .. }) => {
-                let retry_after = [(header::RETRY_AFTER, retry_after_secs(&busy).to_string())];
-                return (StatusCode::CONFLICT, retry_after, message).into_response();
-            }
-            // The request may well succeed later; nothing was changed.
-            ApiError::Lock(
-                LockError::Backend(_)
-                | LockError::Lost { .. }
-                | LockError::ReplicasNotAcknowledged { .. }
-                | LockError::ShutDown { .. },
-            ) => StatusCode::SERVICE_UNAVAILABLE,
-            // NotConfigured, InvalidConfig, InvalidKey: this deployment is broken, not the request.
-            ApiError::Lock(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        (status, message).into_response()
+        match self {
+            ApiError::Invalid(why) => (StatusCode::UNPROCESSABLE_ENTITY, why).into_response(),
+            // distlock's own mapping (feature `axum`): 409 with Retry-After from the holder's
+            // remaining lease, 503 when the backend fails or shuts down, 500 otherwise.
+            ApiError::Lock(err) => err.into_response(),
+        }
     }
 }
 

@@ -90,6 +90,8 @@ mod sparse;
 mod stats;
 mod wait;
 mod watchdog;
+#[cfg(feature = "axum")]
+mod web;
 
 #[doc(hidden)]
 #[path = "private.rs"]
