@@ -88,6 +88,7 @@ mod release;
 pub mod scripts;
 mod sparse;
 mod stats;
+pub mod testing;
 mod wait;
 mod watchdog;
 #[cfg(feature = "axum")]

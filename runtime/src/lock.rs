@@ -175,7 +175,10 @@ impl Lock {
 
     fn resolve_backend(&self) -> Result<Backend, LockError> {
         match &self.backend {
-            Target::Named(name) => Registry::global().get(name),
+            Target::Named(name) => match crate::testing::scoped(name) {
+                Some(backend) => Ok(backend),
+                None => Registry::global().get(name),
+            },
             Target::Handle(backend) => Ok(backend.clone()),
         }
     }

@@ -19,7 +19,7 @@
 
 use crate::backend::Backend;
 use crate::engine::{EngineResult, GrantedAs, Ownership, Transfer};
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::kind::LockKind;
 use crate::lease::HeldLease;
 use crate::metrics::{self, Labels};
@@ -559,6 +559,10 @@ async fn release_one(
                         );
                     }
                     return Ok(Released::Released);
+                }
+                // Gone because the backend's shutdown, racing this release, released it first.
+                Ok(Ownership::Gone) if lease.lost_reason() == Some(LostReason::ShutDown) => {
+                    return Ok(Released::Released)
                 }
                 Ok(found) => return Ok(settled(backend, lease, found, reply_lost)),
                 Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
