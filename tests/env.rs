@@ -12,6 +12,15 @@ fn default_backend_error() -> String {
 #[tokio::test]
 async fn the_default_backend_comes_from_the_environment() {
     for var in [
+        distlock::ENV_RESPONSE_TIMEOUT,
+        distlock::ENV_CONNECT_TIMEOUT,
+        distlock::ENV_MASTER_TIMEOUT,
+        distlock::ENV_MAX_BACKOFF,
+        distlock::ENV_LOCAL_BATCH,
+        distlock::ENV_MARKER_TTL,
+        distlock::ENV_RENEW_BATCH,
+        distlock::ENV_MAX_KEY_LEN,
+        distlock::ENV_CLOCK_DRIFT_FACTOR,
         distlock::ENV_URL,
         distlock::ENV_WATCHDOG_LEASE,
         distlock::ENV_WATCHDOG_TIMEOUT,
@@ -87,6 +96,62 @@ async fn the_default_backend_comes_from_the_environment() {
         "{err}"
     );
     std::env::remove_var("DISTLOCK_REPLICA_TIMEOUT");
+    // Every builder setting has its variable; a bad one is named, whether the variable cannot
+    // be read or the builder refuses its value.
+    for (name, value, problem) in [
+        (
+            "DISTLOCK_RESPONSE_TIMEOUT",
+            "soon",
+            "DISTLOCK_RESPONSE_TIMEOUT is `soon`, which is not a duration",
+        ),
+        (
+            "DISTLOCK_MAX_BACKOFF",
+            "0ms",
+            "DISTLOCK_MAX_BACKOFF must be at least 1ms",
+        ),
+        (
+            "DISTLOCK_MARKER_TTL",
+            "0s",
+            "DISTLOCK_MARKER_TTL must be at least 1ms",
+        ),
+        (
+            "DISTLOCK_MASTER_TIMEOUT",
+            "50ms",
+            "DISTLOCK_MASTER_TIMEOUT is set (50ms) but `memory://`",
+        ),
+        (
+            "DISTLOCK_RENEW_BATCH",
+            "0",
+            "DISTLOCK_RENEW_BATCH is 0; it must be at least 1",
+        ),
+        (
+            "DISTLOCK_MAX_KEY_LEN",
+            "many",
+            "DISTLOCK_MAX_KEY_LEN is `many`; it must be a whole number of bytes",
+        ),
+        (
+            "DISTLOCK_CLOCK_DRIFT_FACTOR",
+            "0.9",
+            "DISTLOCK_CLOCK_DRIFT_FACTOR is 0.9; it must be between 0 and 0.5",
+        ),
+    ] {
+        std::env::set_var(name, value);
+        let err = default_backend_error();
+        assert!(err.contains(problem), "{name}={value}: {err}");
+        std::env::remove_var(name);
+    }
+    for (name, value) in [
+        ("DISTLOCK_RESPONSE_TIMEOUT", "800ms"),
+        ("DISTLOCK_CONNECT_TIMEOUT", "2s"),
+        ("DISTLOCK_MAX_BACKOFF", "50ms"),
+        ("DISTLOCK_LOCAL_BATCH", "0ms"),
+        ("DISTLOCK_MARKER_TTL", "10m"),
+        ("DISTLOCK_RENEW_BATCH", "64"),
+        ("DISTLOCK_MAX_KEY_LEN", "128"),
+        ("DISTLOCK_CLOCK_DRIFT_FACTOR", "0.02"),
+    ] {
+        std::env::set_var(name, value);
+    }
     std::env::set_var(
         "DISTLOCK_URL",
         "redis-sentinel://:hunter2@127.0.0.1:1/primary?db=x",

@@ -352,6 +352,39 @@ async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
     // Free at once for anyone: no wait budget needed.
     let again = Lock::new("unacked").on(&backend).acquire().await.unwrap();
     again.release().await.unwrap();
+
+    // A replica timeout longer than the response timeout (500 ms; Redisson waits 1 s for its
+    // replicas): the grant's reply, which carries the WAIT, is waited for, not taken for lost.
+    let patient_wait = Duration::from_millis(700);
+    let patient = Backend::builder(primary.url())
+        .prefix(PREFIX)
+        .min_replicas(1)
+        .replica_timeout(patient_wait)
+        .build()
+        .unwrap();
+    replica.pause();
+    let started = Instant::now();
+    let err = Lock::new("patient")
+        .on(&patient)
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    replica.resume();
+    assert!(
+        matches!(
+            err,
+            LockError::ReplicasNotAcknowledged {
+                acknowledged: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        took >= patient_wait && took < patient_wait + Duration::from_millis(150),
+        "failed after {took:?} for a {patient_wait:?} replica timeout"
+    );
 }
 
 /// Renewals the replicas do not acknowledge do not advance the lease: with the replica paused,
@@ -616,15 +649,21 @@ fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
         err.contains("replica_timeout is set (200ms) but min_replicas is 0"),
         "{err}"
     );
+    // Redisson's 1 s replica wait works as it is: the acknowledged reply may take the replica
+    // timeout on top of the response timeout.
+    Backend::builder("redis://a:1")
+        .min_replicas(1)
+        .replica_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let err = refused(
         Backend::builder("redis://a:1")
             .min_replicas(1)
-            .replica_timeout(Duration::from_millis(500)),
+            .watchdog_lease(Duration::from_secs(1))
+            .replica_timeout(Duration::from_millis(400)),
     );
     assert!(
-        err.contains(
-            "replica_timeout is 500ms; it must be at least 1ms, less than response_timeout (500ms)"
-        ),
+        err.contains("replica_timeout is 400ms; it must be at least 1ms and less than a third of watchdog_lease (1s)"),
         "{err}"
     );
     let err =

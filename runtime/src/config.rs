@@ -1,7 +1,7 @@
 //! Configuration from the environment: `DISTLOCK_URL`, `DISTLOCK_WATCHDOG_LEASE`,
 //! `DISTLOCK_PREFIX`, `DISTLOCK_HOLDER_LABEL`, replica acknowledgement and TLS files.
 
-use crate::backend::{Backend, MIN_LEASE};
+use crate::backend::{Backend, BackendBuilder, MIN_LEASE};
 use crate::error::LockError;
 use std::time::Duration;
 
@@ -35,6 +35,63 @@ pub const ENV_TLS_KEY_FILE: &str = "DISTLOCK_TLS_KEY_FILE";
 /// See [`BackendBuilder::holder_label`](crate::BackendBuilder::holder_label).
 pub const ENV_HOLDER_LABEL: &str = "DISTLOCK_HOLDER_LABEL";
 
+/// How long a reply may take before it counts as lost, e.g. `500ms`. See
+/// [`BackendBuilder::response_timeout`](crate::BackendBuilder::response_timeout).
+pub const ENV_RESPONSE_TIMEOUT: &str = "DISTLOCK_RESPONSE_TIMEOUT";
+/// How long one connection attempt may take, e.g. `1s`. See
+/// [`BackendBuilder::connect_timeout`](crate::BackendBuilder::connect_timeout).
+pub const ENV_CONNECT_TIMEOUT: &str = "DISTLOCK_CONNECT_TIMEOUT";
+/// Redlock: how long one master may take, e.g. `50ms`. See
+/// [`BackendBuilder::master_timeout`](crate::BackendBuilder::master_timeout).
+pub const ENV_MASTER_TIMEOUT: &str = "DISTLOCK_MASTER_TIMEOUT";
+/// The longest sleep of a waiter between tries, e.g. `100ms`. See
+/// [`BackendBuilder::max_backoff`](crate::BackendBuilder::max_backoff).
+pub const ENV_MAX_BACKOFF: &str = "DISTLOCK_MAX_BACKOFF";
+/// How long a process passes a busy key among its own tasks, e.g. `1ms`. See
+/// [`BackendBuilder::local_batch`](crate::BackendBuilder::local_batch).
+pub const ENV_LOCAL_BATCH: &str = "DISTLOCK_LOCAL_BATCH";
+/// How long a freed lock's token marker stays, e.g. `1h`. See
+/// [`BackendBuilder::marker_ttl`](crate::BackendBuilder::marker_ttl).
+pub const ENV_MARKER_TTL: &str = "DISTLOCK_MARKER_TTL";
+/// The fraction of a lease taken off for clock drift, e.g. `0.01`. See
+/// [`BackendBuilder::clock_drift_factor`](crate::BackendBuilder::clock_drift_factor).
+pub const ENV_CLOCK_DRIFT_FACTOR: &str = "DISTLOCK_CLOCK_DRIFT_FACTOR";
+/// Most leases renewed by one script call, e.g. `256`. See
+/// [`BackendBuilder::renew_batch`](crate::BackendBuilder::renew_batch).
+pub const ENV_RENEW_BATCH: &str = "DISTLOCK_RENEW_BATCH";
+/// The longest key in bytes, e.g. `512`. See
+/// [`BackendBuilder::max_key_len`](crate::BackendBuilder::max_key_len).
+pub const ENV_MAX_KEY_LEN: &str = "DISTLOCK_MAX_KEY_LEN";
+
+type SetDuration = fn(BackendBuilder, Duration) -> BackendBuilder;
+
+/// The duration settings: variable, the builder's name for it, its setter.
+const DURATIONS: [(&str, &str, SetDuration); 7] = [
+    (
+        ENV_REPLICA_TIMEOUT,
+        "replica_timeout",
+        BackendBuilder::replica_timeout,
+    ),
+    (
+        ENV_RESPONSE_TIMEOUT,
+        "response_timeout",
+        BackendBuilder::response_timeout,
+    ),
+    (
+        ENV_CONNECT_TIMEOUT,
+        "connect_timeout",
+        BackendBuilder::connect_timeout,
+    ),
+    (
+        ENV_MASTER_TIMEOUT,
+        "master_timeout",
+        BackendBuilder::master_timeout,
+    ),
+    (ENV_MAX_BACKOFF, "max_backoff", BackendBuilder::max_backoff),
+    (ENV_LOCAL_BATCH, "local_batch", BackendBuilder::local_batch),
+    (ENV_MARKER_TTL, "marker_ttl", BackendBuilder::marker_ttl),
+];
+
 /// Builds a backend from the environment; `Ok(None)` when `DISTLOCK_URL` is not set.
 pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
     let Some(url) = var(ENV_URL)? else {
@@ -56,24 +113,75 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         })?;
         builder = builder.prefix(prefix);
     }
-    if let Some(replicas) = var(ENV_MIN_REPLICAS)? {
-        let replicas = replicas.parse::<u32>().map_err(|_| {
+    builder = numbers_from_env(builder)?;
+    for (name, _, set) in DURATIONS {
+        if let Some(text) = var(name)? {
+            builder = set(builder, parse_duration(name, &text)?);
+        }
+    }
+    builder = label_and_tls_from_env(builder)?;
+    builder.build().map(Some).map_err(|err| match err {
+        LockError::InvalidConfig { setting, problem } => {
+            LockError::invalid_config(variable_of(setting), problem)
+        }
+        other => other,
+    })
+}
+
+/// The variable that sets the builder's `setting`, for `build()`'s errors.
+fn variable_of(setting: String) -> String {
+    let named = DURATIONS
+        .iter()
+        .find(|(_, name, _)| *name == setting)
+        .map(|(variable, _, _)| *variable);
+    let variable = named.or(match setting.as_str() {
+        "url" => Some(ENV_URL),
+        "tls_ca_file" => Some(ENV_TLS_CA_FILE),
+        "tls_client_auth_files" => return format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
+        "min_replicas" => Some(ENV_MIN_REPLICAS),
+        "holder_label" => Some(ENV_HOLDER_LABEL),
+        "clock_drift_factor" => Some(ENV_CLOCK_DRIFT_FACTOR),
+        "renew_batch" => Some(ENV_RENEW_BATCH),
+        "max_key_len" => Some(ENV_MAX_KEY_LEN),
+        _ => None,
+    });
+    variable.map_or(setting, str::to_owned)
+}
+
+/// `DISTLOCK_MIN_REPLICAS`, `DISTLOCK_RENEW_BATCH`, `DISTLOCK_MAX_KEY_LEN`,
+/// `DISTLOCK_CLOCK_DRIFT_FACTOR`.
+fn numbers_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder, LockError> {
+    let whole = |name: &str, text: String, what: &str| {
+        text.parse::<u32>().map_err(|_| {
             LockError::invalid_config(
-                ENV_MIN_REPLICAS,
-                format!("is `{replicas}`; it must be a whole number of replicas such as `1`"),
+                name,
+                format!("is `{text}`; it must be a whole number of {what} such as `1`"),
+            )
+        })
+    };
+    if let Some(text) = var(ENV_MIN_REPLICAS)? {
+        builder = builder.min_replicas(whole(ENV_MIN_REPLICAS, text, "replicas")?);
+    }
+    if let Some(text) = var(ENV_RENEW_BATCH)? {
+        builder = builder.renew_batch(whole(ENV_RENEW_BATCH, text, "leases")? as usize);
+    }
+    if let Some(text) = var(ENV_MAX_KEY_LEN)? {
+        builder = builder.max_key_len(whole(ENV_MAX_KEY_LEN, text, "bytes")? as usize);
+    }
+    if let Some(text) = var(ENV_CLOCK_DRIFT_FACTOR)? {
+        let factor = text.parse::<f64>().map_err(|_| {
+            LockError::invalid_config(
+                ENV_CLOCK_DRIFT_FACTOR,
+                format!("is `{text}`; it must be a fraction such as `0.01`"),
             )
         })?;
-        builder = builder.min_replicas(replicas);
+        builder = builder.clock_drift_factor(factor);
     }
-    if let Some(timeout) = var(ENV_REPLICA_TIMEOUT)? {
-        let timeout = humantime::parse_duration(&timeout).map_err(|err| {
-            LockError::invalid_config(
-                ENV_REPLICA_TIMEOUT,
-                format!("is `{timeout}`, which is not a duration ({err}); write it like `200ms`"),
-            )
-        })?;
-        builder = builder.replica_timeout(timeout);
-    }
+    Ok(builder)
+}
+
+/// `DISTLOCK_HOLDER_LABEL` and the TLS files.
+fn label_and_tls_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder, LockError> {
     // Set but empty means "no label", unlike the other variables.
     match std::env::var(ENV_HOLDER_LABEL) {
         Ok(label) => builder = builder.holder_label(label),
@@ -98,20 +206,16 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
             ))
         }
     }
-    builder.build().map(Some).map_err(|err| match err {
-        LockError::InvalidConfig { setting, problem } => {
-            let setting = match setting.as_str() {
-                "url" => ENV_URL.to_owned(),
-                "tls_ca_file" => ENV_TLS_CA_FILE.to_owned(),
-                "tls_client_auth_files" => format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
-                "min_replicas" => ENV_MIN_REPLICAS.to_owned(),
-                "replica_timeout" => ENV_REPLICA_TIMEOUT.to_owned(),
-                "holder_label" => ENV_HOLDER_LABEL.to_owned(),
-                _ => setting,
-            };
-            LockError::invalid_config(setting, problem)
-        }
-        other => other,
+    Ok(builder)
+}
+
+/// A human-written duration from the variable `name`.
+fn parse_duration(name: &str, text: &str) -> Result<Duration, LockError> {
+    humantime::parse_duration(text).map_err(|err| {
+        LockError::invalid_config(
+            name,
+            format!("is `{text}`, which is not a duration ({err}); write it like `200ms`"),
+        )
     })
 }
 

@@ -12,10 +12,30 @@ pub const DEFAULT_BACKEND: &str = "default";
 
 /// Named lock backends. One global registry serves the whole process.
 ///
-/// When `"default"` was not registered in code, it is built at first use from the environment
-/// (`DISTLOCK_URL`, `DISTLOCK_WATCHDOG_LEASE`, `DISTLOCK_PREFIX`). A lock on a name that is
-/// neither registered nor configurable is [`LockError::NotConfigured`] — never a silent
-/// in-process lock.
+/// When `"default"` was not registered in code, it is built at first use from the environment:
+///
+/// | variable | builder setting |
+/// |---|---|
+/// | [`DISTLOCK_URL`](crate::ENV_URL) | the URL ([`Backend::builder`]) |
+/// | [`DISTLOCK_WATCHDOG_LEASE`](crate::ENV_WATCHDOG_LEASE) (or `DISTLOCK_WATCHDOG_TIMEOUT`) | [`watchdog_lease`](crate::BackendBuilder::watchdog_lease) |
+/// | [`DISTLOCK_PREFIX`](crate::ENV_PREFIX) | [`prefix`](crate::BackendBuilder::prefix) |
+/// | [`DISTLOCK_MIN_REPLICAS`](crate::ENV_MIN_REPLICAS) | [`min_replicas`](crate::BackendBuilder::min_replicas) |
+/// | [`DISTLOCK_REPLICA_TIMEOUT`](crate::ENV_REPLICA_TIMEOUT) | [`replica_timeout`](crate::BackendBuilder::replica_timeout) |
+/// | [`DISTLOCK_RESPONSE_TIMEOUT`](crate::ENV_RESPONSE_TIMEOUT) | [`response_timeout`](crate::BackendBuilder::response_timeout) |
+/// | [`DISTLOCK_CONNECT_TIMEOUT`](crate::ENV_CONNECT_TIMEOUT) | [`connect_timeout`](crate::BackendBuilder::connect_timeout) |
+/// | [`DISTLOCK_MASTER_TIMEOUT`](crate::ENV_MASTER_TIMEOUT) | [`master_timeout`](crate::BackendBuilder::master_timeout) |
+/// | [`DISTLOCK_MAX_BACKOFF`](crate::ENV_MAX_BACKOFF) | [`max_backoff`](crate::BackendBuilder::max_backoff) |
+/// | [`DISTLOCK_LOCAL_BATCH`](crate::ENV_LOCAL_BATCH) | [`local_batch`](crate::BackendBuilder::local_batch) |
+/// | [`DISTLOCK_MARKER_TTL`](crate::ENV_MARKER_TTL) | [`marker_ttl`](crate::BackendBuilder::marker_ttl) |
+/// | [`DISTLOCK_CLOCK_DRIFT_FACTOR`](crate::ENV_CLOCK_DRIFT_FACTOR) | [`clock_drift_factor`](crate::BackendBuilder::clock_drift_factor) |
+/// | [`DISTLOCK_RENEW_BATCH`](crate::ENV_RENEW_BATCH) | [`renew_batch`](crate::BackendBuilder::renew_batch) |
+/// | [`DISTLOCK_MAX_KEY_LEN`](crate::ENV_MAX_KEY_LEN) | [`max_key_len`](crate::BackendBuilder::max_key_len) |
+/// | [`DISTLOCK_HOLDER_LABEL`](crate::ENV_HOLDER_LABEL) | [`holder_label`](crate::BackendBuilder::holder_label) |
+/// | [`DISTLOCK_TLS_CA_FILE`](crate::ENV_TLS_CA_FILE) | [`tls_ca_file`](crate::BackendBuilder::tls_ca_file) |
+/// | [`DISTLOCK_TLS_CERT_FILE`](crate::ENV_TLS_CERT_FILE), [`DISTLOCK_TLS_KEY_FILE`](crate::ENV_TLS_KEY_FILE) | [`tls_client_auth_files`](crate::BackendBuilder::tls_client_auth_files) |
+///
+/// A bad value is an error naming the variable. A lock on a name that is neither registered nor
+/// configurable is [`LockError::NotConfigured`] — never a silent in-process lock.
 ///
 /// ```
 /// use distlock::{Backend, Registry};

@@ -175,11 +175,17 @@ impl BackendBuilder {
         target: RedisTarget<'_>,
         common: &Common,
     ) -> Result<Arc<dyn Engine>, LockError> {
+        // A grant or renewal carries its WAIT in the same round trip: its reply may take the
+        // replica timeout on top of the response timeout.
+        let mut timeouts = self.timeouts;
+        if let Some(ack) = common.replica_ack {
+            timeouts.response += ack.timeout;
+        }
         Ok(Arc::new(RedisEngine::open(RedisConfig {
             target,
             prefix: &self.prefix,
             marker_ttl: self.marker_ttl,
-            timeouts: self.timeouts,
+            timeouts,
             tls: &self.tls,
             hooks: common.hooks.clone(),
             replica_ack: common.replica_ack,
@@ -294,18 +300,13 @@ impl BackendBuilder {
             Some(_) => "",
             None => " (the default: 200ms, or a quarter of watchdog_lease)",
         };
-        if timeout < Duration::from_millis(1)
-            || timeout >= self.timeouts.response
-            || timeout * 3 >= self.watchdog_lease
-        {
+        if timeout < Duration::from_millis(1) || timeout * 3 >= self.watchdog_lease {
             return Err(LockError::invalid_config(
                 "replica_timeout",
                 format!(
-                    "is {}{which}; it must be at least 1ms, less than response_timeout ({}) so \
-                     the WAIT answers before the reply counts as lost, and less than a third of \
-                     watchdog_lease ({})",
+                    "is {}{which}; it must be at least 1ms and less than a third of \
+                     watchdog_lease ({}), so that an acknowledged renewal fits in its period",
                     humantime::format_duration(timeout),
-                    humantime::format_duration(self.timeouts.response),
                     humantime::format_duration(self.watchdog_lease)
                 ),
             ));

@@ -345,9 +345,9 @@ impl BackendBuilder {
 
     /// How long a grant or renewal waits for [`min_replicas`](Self::min_replicas)
     /// acknowledgements. Default 200 ms (a quarter of `watchdog_lease` when that is less); at
-    /// least 1 ms, less than `response_timeout` (the
-    /// reply to the script and the `WAIT` must arrive before it counts as lost) and less than a
-    /// third of `watchdog_lease`. Setting it while `min_replicas` is 0 is an error.
+    /// least 1 ms and less than a third of `watchdog_lease`. The reply of a grant or renewal,
+    /// which carries its `WAIT`, may take this on top of `response_timeout` before it counts as
+    /// lost. Setting it while `min_replicas` is 0 is an error.
     pub fn replica_timeout(mut self, timeout: Duration) -> Self {
         self.replica_timeout = Some(timeout);
         self
