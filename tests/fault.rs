@@ -176,7 +176,8 @@ async fn fails_soon(backend: &Backend, key: &str) -> LockError {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_a_backend_error_soon() {
-    let backend = Backend::builder(format!("redis://127.0.0.1:{}", free_port()))
+    let port = free_port();
+    let backend = Backend::builder(format!("redis://127.0.0.1:{port}"))
         .connect_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
@@ -186,9 +187,10 @@ async fn an_unreachable_server_is_a_backend_error_soon() {
     };
     assert_eq!(failure.operation(), "acquire");
     assert!(
-        err.to_string()
-            .starts_with("backend `unregistered` failed during acquire"),
-        "{err}"
+        err.to_string().starts_with(&format!(
+            "backend `redis://127.0.0.1:{port}` failed during acquire"
+        )),
+        "an unregistered backend is named by where it is: {err}"
     );
 }
 

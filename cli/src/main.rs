@@ -10,8 +10,11 @@
 //! ```
 //!
 //! Every command takes `--url` (default `DISTLOCK_URL`), `--prefix` (default `DISTLOCK_PREFIX`,
-//! else `distlock`) and `--json`. Exit codes: 0 held / done / healthy, 1 free / nothing removed /
-//! findings, 2 usage, 3 the backend failed.
+//! else `distlock`) and `--json`: one JSON object per line (NDJSON) on standard output, for every
+//! command — a lock, a finding, an event per line — and errors as
+//! `{"error": {"kind": …, "message": …}}` on standard error. Exit codes: 0 held / done / healthy,
+//! 1 free / nothing removed / findings, 2 usage, 3 the backend failed (for `watch`: its stream
+//! failed). `distlock completions bash|zsh|fish|elvish|powershell` prints a completion script.
 
 mod connect;
 mod render;
@@ -56,7 +59,8 @@ struct Cli {
         requires = "tls_cert_file"
     )]
     tls_key_file: Option<std::path::PathBuf>,
-    /// Print JSON (one object per line for `watch`) instead of text.
+    /// Print JSON instead of text: one object per line (NDJSON) for every command; errors as
+    /// {"error": {"kind": …, "message": …}} on standard error.
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -80,7 +84,9 @@ enum Command {
         pattern: String,
     },
     /// The lock server's settings that weaken locks, each with what to do. Exit 0 when there
-    /// is nothing to fix, 1 when there is.
+    /// is nothing to fix, 1 when there is. Needs a user that may run CONFIG GET, INFO,
+    /// ACL WHOAMI and ACL DRYRUN (an operator's, not the lock user's: a setting it may not
+    /// read is reported as "unchecked", never as healthy).
     Doctor,
     /// Remove a lock whoever holds it. The next fencing token is larger than the removed
     /// holder's, and its watchdog reports the lease lost. Exit 0 removed, 1 it was free.
@@ -103,6 +109,11 @@ enum Command {
         /// Stop after this many events.
         #[arg(long)]
         count: Option<u64>,
+    },
+    /// Print a shell completion script: `distlock completions bash > /etc/bash_completion.d/distlock`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
     },
 }
 
@@ -132,7 +143,7 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli, format)) {
         Ok(code) => ExitCode::from(code),
         Err(Failure::Usage(message)) => {
-            eprintln!("distlock: {message}");
+            render::usage(format, &message);
             ExitCode::from(USAGE)
         }
         Err(Failure::Lock(err)) => {
@@ -154,6 +165,11 @@ impl From<LockError> for Failure {
 }
 
 async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
+    if let Command::Completions { shell } = cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(shell, &mut command, "distlock", &mut std::io::stdout());
+        return Ok(HELD);
+    }
     if let Command::Unlock { key, force: false } = &cli.command {
         return Err(Failure::Usage(format!(
             "refusing to remove the lock `{key}` without --force: its holder keeps running \
@@ -187,6 +203,7 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
             render::unlocked(format, &key, removed.as_ref());
             Ok(if removed.is_some() { HELD } else { FREE })
         }
+        Command::Completions { .. } => unreachable!("answered before connecting"),
         Command::Watch {
             key,
             enable_notifications,
@@ -203,6 +220,7 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
                 connect::describe(&cli.url)
             );
             let mut seen = 0;
+            let mut failed = false;
             while count.is_none_or(|count| seen < count) {
                 let next = tokio::select! {
                     next = events.next() => next,
@@ -210,12 +228,17 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
                 };
                 match next {
                     Some(Ok(event)) => render::event(format, &key, &event),
-                    Some(Err(err)) => render::error(format, &err),
+                    // Reported as it happens; the stream goes on (it resubscribes), and the exit
+                    // code says that events may have been missed.
+                    Some(Err(err)) => {
+                        render::error(format, &err);
+                        failed = true;
+                    }
                     None => break,
                 }
                 seen += 1;
             }
-            Ok(HELD)
+            Ok(if failed { FAILED } else { HELD })
         }
     }
 }

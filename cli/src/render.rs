@@ -28,14 +28,11 @@ pub(crate) fn inspected(format: Format, backend: &Backend, key: &str, holder: Op
 pub(crate) fn listed(format: Format, backend: &Backend, held: &[HeldLock]) {
     match format {
         Format::Json => {
-            let locks: Vec<Value> = held
-                .iter()
-                .map(|lock| holder_json(&lock.key, Some(&lock.holder)))
-                .collect();
-            println!(
-                "{}",
-                json!({ "deployment": backend.deployment(), "locks": locks })
-            );
+            for lock in held {
+                let mut object = holder_json(&lock.key, Some(&lock.holder));
+                object["deployment"] = json!(backend.deployment());
+                println!("{object}");
+            }
         }
         Format::Text if held.is_empty() => {
             println!("no lock held under `{}`", backend.prefix())
@@ -51,14 +48,14 @@ pub(crate) fn listed(format: Format, backend: &Backend, held: &[HeldLock]) {
 pub(crate) fn findings(format: Format, backend: &Backend, findings: &[Finding]) {
     match format {
         Format::Json => {
-            let findings: Vec<Value> = findings
-                .iter()
-                .map(|finding| json!({ "check": finding.check, "advice": finding.advice }))
-                .collect();
-            println!(
-                "{}",
-                json!({ "deployment": backend.deployment(), "findings": findings })
-            );
+            for finding in findings {
+                let object = json!({
+                    "check": finding.check,
+                    "advice": finding.advice,
+                    "deployment": backend.deployment(),
+                });
+                println!("{object}");
+            }
         }
         Format::Text if findings.is_empty() => {
             println!(
@@ -128,8 +125,35 @@ pub(crate) fn event(format: Format, key: &str, event: &LockEvent) {
 
 pub(crate) fn error(format: Format, err: &LockError) {
     match format {
-        Format::Json => eprintln!("{}", json!({ "error": err.to_string() })),
+        Format::Json => eprintln!(
+            "{}",
+            json!({ "error": { "kind": error_kind(err), "message": err.to_string() } })
+        ),
         Format::Text => eprintln!("distlock: {err}"),
+    }
+}
+
+/// A usage error (bad flags, no URL), as [`error`] reports a lock error.
+pub(crate) fn usage(format: Format, message: &str) {
+    match format {
+        Format::Json => eprintln!(
+            "{}",
+            json!({ "error": { "kind": "usage", "message": message } })
+        ),
+        Format::Text => eprintln!("distlock: {message}"),
+    }
+}
+
+/// A stable name for the kind of error, for scripts.
+fn error_kind(err: &LockError) -> &'static str {
+    match err {
+        LockError::Busy { .. } => "busy",
+        LockError::Lost { .. } => "lost",
+        LockError::NotConfigured { .. } => "not_configured",
+        LockError::InvalidConfig { .. } => "invalid_config",
+        LockError::InvalidKey { .. } => "invalid_key",
+        LockError::Backend(_) => "backend",
+        _ => "other",
     }
 }
 

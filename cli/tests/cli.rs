@@ -33,6 +33,16 @@ fn json(output: &Output) -> Value {
         .unwrap_or_else(|err| panic!("not JSON ({err}): {}", stdout(output)))
 }
 
+/// `--json` output: one object per line (NDJSON), for every command.
+fn ndjson(output: &Output) -> Vec<Value> {
+    stdout(output)
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|err| panic!("not JSON ({err}): {line}"))
+        })
+        .collect()
+}
+
 fn backend(url: &str, label: &str) -> Backend {
     Backend::builder(url)
         .holder_label(label)
@@ -117,9 +127,7 @@ async fn inspect_list_and_unlock_a_live_lock() {
 
     let listed = distlock(&url, &["--json", "list", "--pattern", "order:*"]);
     assert_eq!(listed.status.code(), Some(0));
-    let keys: Vec<String> = json(&listed)["locks"]
-        .as_array()
-        .unwrap()
+    let keys: Vec<String> = ndjson(&listed)
         .iter()
         .map(|lock| lock["key"].as_str().unwrap().to_owned())
         .collect();
@@ -269,9 +277,7 @@ async fn doctor_findings_and_errors_have_exit_codes() {
     server.command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
     let found = distlock(&server.url(), &["--json", "doctor"]);
     assert_eq!(found.status.code(), Some(1), "{found:?}");
-    let checks: Vec<String> = json(&found)["findings"]
-        .as_array()
-        .unwrap()
+    let checks: Vec<String> = ndjson(&found)
         .iter()
         .map(|finding| finding["check"].as_str().unwrap().to_owned())
         .collect();
@@ -288,10 +294,38 @@ async fn doctor_findings_and_errors_have_exit_codes() {
     let down = distlock(&format!("redis://127.0.0.1:{port}"), &["inspect", "x"]);
     assert_eq!(down.status.code(), Some(3), "{down:?}");
     assert!(
-        stderr(&down).contains("failed during inspect"),
-        "{}",
+        stderr(&down).contains(&format!(
+            "backend `redis://127.0.0.1:{port}` failed during inspect"
+        )),
+        "the backend is named by its URL: {}",
         stderr(&down)
     );
+    // With --json, errors are objects too, with a kind a script can match.
+    let down = distlock(
+        &format!("redis://127.0.0.1:{port}"),
+        &["--json", "inspect", "x"],
+    );
+    let error: Value = serde_json::from_str(stderr(&down).trim()).unwrap();
+    assert_eq!(error["error"]["kind"], "backend", "{error}");
+    assert!(error["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("failed during inspect"));
+    let usage = distlock("memory://", &["--json", "list"]);
+    let error: Value = serde_json::from_str(stderr(&usage).trim()).unwrap();
+    assert_eq!(error["error"]["kind"], "usage", "{error}");
+    // A mistyped command: clap's suggestion, and the usage exit code.
+    let typo = distlock(&format!("redis://127.0.0.1:{port}"), &["inspecct", "x"]);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(
+        stderr(&typo).contains("similar subcommand exists: 'inspect'"),
+        "{}",
+        stderr(&typo)
+    );
+    // Completions: a script for the shell, naming the commands.
+    let completions = distlock("", &["completions", "bash"]);
+    assert_eq!(completions.status.code(), Some(0), "{completions:?}");
+    assert!(stdout(&completions).contains("inspect") && stdout(&completions).contains("_distlock"));
     let memory = distlock("memory://", &["list"]);
     assert_eq!(memory.status.code(), Some(2));
     assert!(
@@ -333,12 +367,8 @@ async fn every_backend_kind_answers() {
         assert_eq!(inspected["label"], format!("{kind}-worker"));
         assert_eq!(inspected["fencing_token"], guards[0].fencing_token());
 
-        let listed = json(&distlock(&url, &["--json", "list", "--pattern", "a:*"]));
-        assert_eq!(
-            listed["locks"].as_array().unwrap().len(),
-            2,
-            "{kind}: {listed}"
-        );
+        let listed = ndjson(&distlock(&url, &["--json", "list", "--pattern", "a:*"]));
+        assert_eq!(listed.len(), 2, "{kind}: {listed:?}");
 
         let removed = distlock(&url, &["unlock", "b:1", "--force"]);
         assert_eq!(removed.status.code(), Some(0), "{kind}: {removed:?}");

@@ -81,7 +81,8 @@ impl BackendError {
         }
     }
 
-    /// The registry name of the backend that failed.
+    /// The backend that failed: its registry name, or for a backend used only through
+    /// [`Lock::on`](crate::Lock::on), where it is (its URL without passwords).
     pub fn backend(&self) -> &str {
         &self.backend
     }
@@ -234,7 +235,7 @@ pub enum LockError {
         "lock backend `{backend}` is shut down and takes no new locks (the process is stopping)"
     )]
     ShutDown {
-        /// The registry name.
+        /// The registry name, or where the backend is (see [`BackendError::backend`]).
         backend: String,
     },
     /// `checkpoint()` was called outside a locked call.

@@ -58,7 +58,7 @@ impl BackendBuilder {
         };
         Ok(Backend::assemble(
             engine,
-            self.settings(),
+            self.settings(&spec),
             common.hooks,
             spec.deployment(),
         ))
@@ -318,8 +318,9 @@ impl BackendBuilder {
         }))
     }
 
-    fn settings(&self) -> Settings {
+    fn settings(&self, spec: &EngineSpec) -> Settings {
         Settings {
+            location: spec.describe(),
             prefix: self.prefix.clone(),
             watchdog_lease: self.watchdog_lease,
             max_key_len: self.max_key_len,

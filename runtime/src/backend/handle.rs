@@ -14,6 +14,8 @@ use std::time::Duration;
 /// Settings shared by every deployment; each builder setter documents its default.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
+    /// Where the deployment is, without passwords: what errors of an unregistered backend name.
+    pub(crate) location: String,
     pub(crate) prefix: String,
     pub(crate) watchdog_lease: Duration,
     pub(crate) max_key_len: usize,
@@ -200,9 +202,18 @@ impl Backend {
             .load(std::sync::atomic::Ordering::Acquire)
         {
             true => Err(LockError::ShutDown {
-                backend: self.name().to_owned(),
+                backend: self.error_name().to_owned(),
             }),
             false => Ok(()),
+        }
+    }
+
+    /// The registry name, or — for a backend used only through [`Lock::on`](crate::Lock::on) —
+    /// where it is (its URL without passwords): what errors call the backend.
+    pub(crate) fn error_name(&self) -> &str {
+        match self.inner.name.get() {
+            Some(name) => name,
+            None => &self.inner.settings.location,
         }
     }
 
@@ -212,7 +223,7 @@ impl Backend {
         failure: EngineFailure,
     ) -> LockError {
         LockError::Backend(BackendError::new(
-            self.name(),
+            self.error_name(),
             operation,
             failure.ambiguous,
             failure.source,

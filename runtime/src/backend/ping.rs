@@ -61,7 +61,7 @@ impl Backend {
             .map_err(|failure| self.backend_error("ping", failure))?;
         match findings.into_iter().find(|finding| finding.check == "acl") {
             Some(denied) => Err(LockError::Backend(BackendError::new(
-                self.name(),
+                self.error_name(),
                 "ping",
                 false,
                 denied.advice,
