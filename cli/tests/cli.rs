@@ -411,3 +411,32 @@ async fn a_shared_lock_shows_its_holders() {
     assert_eq!(json["shared"], 2);
     assert_eq!(json["held"], true);
 }
+
+/// `watch` reports a failed step of its stream (here: the server refuses the script that reads
+/// the holder after a notification) and exits 3 — events may have been missed — not 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_exits_3_after_its_stream_failed() {
+    let server = RedisServer::start();
+    let mut watch = Command::new(DISTLOCK)
+        .args(["watch", "job:1", "--enable-notifications", "--count", "1"])
+        .env("DISTLOCK_URL", server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = BufReader::new(watch.stderr.take().unwrap()).lines();
+    let started = stderr_lines.next().unwrap().unwrap();
+    assert!(started.starts_with("watching `job:1`"), "{started}");
+    // The subscription is in force; from now on the user may not run scripts.
+    server.command(&["ACL", "SETUSER", "default", "-evalsha", "-eval"]);
+    server.command(&["SET", "distlock:{job:1}", "L1 someone", "PX", "10000"]);
+    let status = watch.wait().unwrap();
+    let reported: Vec<String> = stderr_lines.map(Result::unwrap).collect();
+    assert_eq!(status.code(), Some(3), "{reported:?}");
+    assert!(
+        reported
+            .iter()
+            .any(|line| line.to_lowercase().contains("noperm")),
+        "{reported:?}"
+    );
+}

@@ -310,6 +310,12 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Server settings that weaken locks.
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>>;
 
+    /// Closes the release-notification links (the backend shut down): their connections end.
+    /// A later subscription would open new ones.
+    fn close_links(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// Keys (without the prefix) under the prefix matching the glob `pattern` that may hold a
     /// lock: found with `SCAN` (never `KEYS`) on every server; free token markers are among them,
     /// the caller inspects each.

@@ -41,12 +41,14 @@ impl Backend {
     /// The error a lock would meet, with its advice: [`LockError::Backend`] for a server that is
     /// unreachable, refuses the credentials, denies a right (naming the rules to grant), or
     /// answers what distlock did not write; [`LockError::ReplicasNotAcknowledged`] when too few
-    /// replicas acknowledge.
+    /// replicas acknowledge; [`LockError::ShutDown`] once the backend was shut down (a readiness
+    /// probe then says "not ready").
     ///
     /// # Cancel safety
     /// Safe to drop at any point: a probe lock taken and not yet released expires within 2 s
     /// (a ping meanwhile passes over it), and no lock of the application is touched.
     pub async fn ping(&self) -> Result<(), LockError> {
+        self.refuse_when_closing()?;
         let probe = self.inner.ping_probe.lock().await;
         self.probe_lock(&probe).await?;
         // Release notifications: the subscription a waiter makes (a user without the release

@@ -19,7 +19,8 @@ impl Backend {
     /// 2. every lease held is marked lost ([`LostReason::ShutDown`]): running bodies see it at
     ///    their next checkpoint, `lost()` resolves, `on_lost = "abort"` drops them;
     /// 3. every lease is released on the server, all at once (concurrent releases share round
-    ///    trips: one per server and batch), and renewal stops;
+    ///    trips: one per server and batch), renewal stops, and the release-notification
+    ///    connections close;
     /// 4. it returns within [`SHUTDOWN_TIMEOUT`] (2 s) whatever the servers do.
     ///
     /// Guards still held by the application release nothing more when they are dropped or
@@ -52,7 +53,13 @@ impl Backend {
         }
         let started = Instant::now();
         let releases = join_all(leases.iter().map(|lease| release_at_shutdown(self, lease)));
-        let released = match tokio::time::timeout(SHUTDOWN_TIMEOUT, releases).await {
+        let ended = async {
+            let released = releases.await;
+            // Then the notification links: nobody of this backend waits any more.
+            self.inner.engine.close_links().await;
+            released
+        };
+        let released = match tokio::time::timeout(SHUTDOWN_TIMEOUT, ended).await {
             Ok(answers) => answers.into_iter().filter(|released| *released).count(),
             Err(_) => 0,
         };

@@ -472,6 +472,10 @@ impl Engine for ClusterEngine {
         Box::pin(async move { self.node.doctor().await })
     }
 
+    fn close_links(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.subscriber.close())
+    }
+
     fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
         Box::pin(self.scan_masters(pattern))
     }

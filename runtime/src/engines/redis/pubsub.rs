@@ -296,6 +296,16 @@ impl Subscriber {
         });
     }
 
+    /// Ends the current link and waits until it is ended (the backend shut down).
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting for the link's lock, nothing changed; after it, the link is gone.
+    pub(crate) async fn close(&self) {
+        if let Some(link) = self.link.lock().await.current.take() {
+            link.reader.abort();
+        }
+    }
+
     /// What the channel's last local waiter calls on leaving: an UNSUBSCRIBE in the background.
     pub(crate) fn on_idle(&self) -> OnIdleHook {
         let me = self.me.clone();

@@ -65,6 +65,16 @@ impl ShardedSubscriber {
         })
     }
 
+    /// Ends the current link (the backend shut down): its cluster connection is dropped.
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting for the link's lock, nothing changed; after it, the link is gone.
+    pub(crate) async fn close(&self) {
+        if let Some(link) = self.link.lock().await.take() {
+            link.watcher.abort();
+        }
+    }
+
     /// Registers a waiter for `channel`; the last waiter out unsubscribes.
     pub(crate) fn register(&self, channel: &str) -> ReleaseWatch {
         self.channels.register(channel, Some(self.on_idle()))

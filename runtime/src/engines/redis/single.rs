@@ -262,6 +262,10 @@ impl Engine for RedisEngine {
         Box::pin(async move { self.node.doctor().await })
     }
 
+    fn close_links(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.subscriber.close())
+    }
+
     fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {
         Box::pin(self.node.scan(pattern))
     }

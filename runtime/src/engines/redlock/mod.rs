@@ -954,6 +954,13 @@ impl Engine for RedlockEngine {
         self.channels.watched()
     }
 
+    fn close_links(&self) -> BoxFuture<'_, ()> {
+        let links = self.masters.iter().map(|master| master.subscriber.close());
+        Box::pin(async move {
+            futures_util::future::join_all(links).await;
+        })
+    }
+
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move {
             let reports = fan_out(
