@@ -32,6 +32,10 @@ tokio::task_local! {
 /// Runs `body` with `backend` as the `"default"` backend: every lock in it that names no backend
 /// (`#[distributed_lock]` without `backend = …`, `Lock::new(…)` without `.on(…)`) uses `backend`,
 /// ahead of the registry. See [`scope_as`].
+///
+/// # Cancel safety
+/// Safe: dropping the future drops `body` (its locks release as any dropped call's do), and the
+/// scope ends with it.
 pub async fn scope<F: Future>(backend: Backend, body: F) -> F::Output {
     scope_as(crate::registry::DEFAULT_BACKEND, backend, body).await
 }
@@ -39,6 +43,9 @@ pub async fn scope<F: Future>(backend: Backend, body: F) -> F::Output {
 /// Runs `body` with `backend` as the backend named `name`, ahead of the registry; scopes nest
 /// (the inner one adds or replaces names). The scope is task-local, as tokio's task-locals are:
 /// a task spawned inside it does not inherit it (wrap the spawned future in `scope_as` too).
+///
+/// # Cancel safety
+/// As [`scope`].
 pub async fn scope_as<F: Future>(name: &str, backend: Backend, body: F) -> F::Output {
     let mut backends = SCOPED
         .try_with(|outer| HashMap::clone(outer))

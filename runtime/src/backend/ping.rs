@@ -73,6 +73,10 @@ impl Backend {
     }
 
     /// Takes and releases `probe`, as a single try with a fixed lease.
+    ///
+    /// # Cancel safety
+    /// Dropped between the two, the probe lock expires within `PROBE_LEASE`; the next ping passes
+    /// over it.
     async fn probe_lock(&self, probe: &str) -> Result<(), LockError> {
         let engine = &self.inner.engine;
         let owner = Owner::random();
