@@ -127,11 +127,7 @@ async fn ping_checks_the_backend_without_touching_locks<F: Fixture>() {
         "{after:?}"
     );
     assert_eq!(
-        fx.backend()
-            .inspect(&key)
-            .await
-            .unwrap()
-            .map(|h| h.fencing_token),
+        holder_token(fx.backend(), &key).await,
         Some(guard.fencing_token())
     );
     let held = fx.backend().list("*").await.unwrap();
@@ -141,6 +137,12 @@ async fn ping_checks_the_backend_without_touching_locks<F: Fixture>() {
         "only the application's lock is held: {held:?}"
     );
     guard.release().await.unwrap();
+}
+
+/// The fencing token of `key`'s holder, as `inspect` reports it; `None` when it is free.
+async fn holder_token(backend: &distlock::Backend, key: &str) -> Option<u64> {
+    let holder = backend.inspect(key).await.unwrap();
+    holder.map(|holder| holder.fencing_token)
 }
 
 /// `future`'s output, or a panic naming the deadline: a broken implementation fails the test
@@ -305,11 +307,7 @@ async fn extend_lengthens_a_fixed_lease_on_the_server_and_locally<F: Fixture>() 
     tokio::time::sleep((granted + first * 2).saturating_duration_since(Instant::now())).await;
     assert!(guard.is_held());
     assert_eq!(
-        fx.backend()
-            .inspect(&key)
-            .await
-            .unwrap()
-            .map(|h| h.fencing_token),
+        holder_token(fx.backend(), &key).await,
         Some(guard.fencing_token())
     );
     // Taken over: the extension finds it and the lease is lost, not lengthened.
