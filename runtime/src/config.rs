@@ -130,22 +130,21 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
 
 /// The variable that sets the builder's `setting`, for `build()`'s errors.
 fn variable_of(setting: String) -> String {
-    let named = DURATIONS
-        .iter()
-        .find(|(_, name, _)| *name == setting)
-        .map(|(variable, _, _)| *variable);
-    let variable = named.or(match setting.as_str() {
-        "url" => Some(ENV_URL),
-        "tls_ca_file" => Some(ENV_TLS_CA_FILE),
+    let variable = match setting.as_str() {
+        "url" => ENV_URL,
+        "tls_ca_file" => ENV_TLS_CA_FILE,
         "tls_client_auth_files" => return format!("{ENV_TLS_CERT_FILE}/{ENV_TLS_KEY_FILE}"),
-        "min_replicas" => Some(ENV_MIN_REPLICAS),
-        "holder_label" => Some(ENV_HOLDER_LABEL),
-        "clock_drift_factor" => Some(ENV_CLOCK_DRIFT_FACTOR),
-        "renew_batch" => Some(ENV_RENEW_BATCH),
-        "max_key_len" => Some(ENV_MAX_KEY_LEN),
-        _ => None,
-    });
-    variable.map_or(setting, str::to_owned)
+        "min_replicas" => ENV_MIN_REPLICAS,
+        "holder_label" => ENV_HOLDER_LABEL,
+        "clock_drift_factor" => ENV_CLOCK_DRIFT_FACTOR,
+        "renew_batch" => ENV_RENEW_BATCH,
+        "max_key_len" => ENV_MAX_KEY_LEN,
+        duration => match DURATIONS.iter().find(|(_, name, _)| *name == duration) {
+            Some((variable, _, _)) => variable,
+            None => return setting,
+        },
+    };
+    variable.to_owned()
 }
 
 /// `DISTLOCK_MIN_REPLICAS`, `DISTLOCK_RENEW_BATCH`, `DISTLOCK_MAX_KEY_LEN`,

@@ -310,6 +310,12 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// Server settings that weaken locks.
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>>;
 
+    /// The doctor's `acl` check alone: what the user may not do of what locks need, where the
+    /// server lets it ask (`ACL DRYRUN`); an `unchecked` finding where it does not.
+    fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
+        Box::pin(async { Vec::new() })
+    }
+
     /// Closes the release-notification links (the backend shut down): their connections end.
     /// A later subscription would open new ones.
     fn close_links(&self) -> BoxFuture<'_, ()> {

@@ -58,16 +58,13 @@ pub(crate) async fn extend<'a>(
         }
     }
     if unanswered > 0 {
-        return Err(backend.backend_error(
+        return Err(backend.failure(
             "extend",
-            crate::engine::EngineFailure {
-                ambiguous: true,
-                source: format!(
-                    "{unanswered} of {} keys got no answer to the extension",
-                    leases.len()
-                )
-                .into(),
-            },
+            true,
+            format!(
+                "{unanswered} of {} keys got no answer to the extension",
+                leases.len()
+            ),
         ));
     }
     Ok(())

@@ -3,7 +3,7 @@
 
 use super::builder::{validate_prefix, BackendBuilder};
 use super::handle::{Backend, Settings, MIN_LEASE};
-use super::spec::EngineSpec;
+use super::spec::{redacted_list, EngineSpec};
 use crate::engine::Engine;
 use crate::engines::in_process::InProcessEngine;
 use crate::engines::redis::cluster::{ClusterConfig, ClusterEngine};
@@ -76,27 +76,27 @@ impl BackendBuilder {
             ));
         }
         validate_prefix(&self.prefix)?;
-        let at_least = |setting: &str, wrong: bool, problem: &str| match wrong {
+        let refuse_if = |setting: &str, wrong: bool, problem: &str| match wrong {
             true => Err(LockError::invalid_config(setting, problem)),
             false => Ok(()),
         };
-        at_least(
+        refuse_if(
             "max_key_len",
             self.max_key_len == 0,
             "is 0; it must be at least 1",
         )?;
-        at_least(
+        refuse_if(
             "renew_batch",
             self.renew_batch == 0,
             "is 0; it must be at least 1",
         )?;
         let under_1ms = |time: Duration| time < Duration::from_millis(1);
-        at_least(
+        refuse_if(
             "max_backoff",
             under_1ms(self.max_backoff),
             "must be at least 1ms",
         )?;
-        at_least(
+        refuse_if(
             "marker_ttl",
             under_1ms(self.marker_ttl),
             "must be at least 1ms",
@@ -259,10 +259,7 @@ impl BackendBuilder {
                 format!(
                     "`{}` names the master {twice} twice; its vote would count twice, and \
                      Redlock would not be a majority of independent masters",
-                    EngineSpec::Redlock {
-                        masters: masters.to_vec()
-                    }
-                    .describe()
+                    redacted_list(masters)
                 ),
             ));
         }

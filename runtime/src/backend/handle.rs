@@ -76,6 +76,8 @@ pub(crate) struct BackendInner {
     pub(crate) ping_probe: tokio::sync::Mutex<String>,
     /// Set by [`shutdown`](Backend::shutdown): no new locks.
     pub(crate) closing: std::sync::atomic::AtomicBool,
+    /// [`ping`](Backend::ping) found that the user may not ask about its rights.
+    pub(crate) rights_unchecked: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Backend {
@@ -109,6 +111,7 @@ impl Backend {
                 hooks,
                 deployment,
                 closing: std::sync::atomic::AtomicBool::new(false),
+                rights_unchecked: std::sync::atomic::AtomicBool::new(false),
                 ping_probe: tokio::sync::Mutex::new(format!(
                     "__distlock_ping:{}",
                     crate::owner::Owner::random().as_str()
@@ -222,11 +225,21 @@ impl Backend {
         operation: &'static str,
         failure: EngineFailure,
     ) -> LockError {
+        self.failure(operation, failure.ambiguous, failure.source)
+    }
+
+    /// [`LockError::Backend`] for `operation` of this backend, saying `what` went wrong.
+    pub(crate) fn failure(
+        &self,
+        operation: &'static str,
+        ambiguous: bool,
+        what: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> LockError {
         LockError::Backend(BackendError::new(
             self.error_name(),
             operation,
-            failure.ambiguous,
-            failure.source,
+            ambiguous,
+            what,
         ))
     }
 

@@ -4,9 +4,10 @@
 use super::builder::BackendBuilder;
 use super::handle::Backend;
 use crate::engine::{Acquired, Asker, GrantedAs, Ownership};
-use crate::error::{BackendError, LockError};
+use crate::error::LockError;
 use crate::kind::LockKind;
 use crate::owner::Owner;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// The probe lock's lease: long enough to be released by the probe itself, short enough that a
@@ -19,7 +20,7 @@ impl Backend {
     /// lock scripts (loading them, and exercising the key pattern and the commands a grant and a
     /// release run), subscribes to its release channel as a waiter would, and, where the server
     /// lets its user ask (`ACL DRYRUN`), checks every right locks need (the doctor's `acl`
-    /// check). On Redlock, a quorum of masters must answer, as for
+    /// check; a user that may not ask is found out once, and not asked again). On Redlock, a quorum of masters must answer, as for
     /// a lock; with [`min_replicas`](crate::BackendBuilder::min_replicas), the replicas must
     /// acknowledge the probe.
     ///
@@ -55,19 +56,17 @@ impl Backend {
         // channels fails here, as a waiter would).
         let watch = self.inner.engine.watch(&probe).await;
         drop(watch.map_err(|failure| self.backend_error("ping", failure))?);
-        let findings = self
-            .inner
-            .engine
-            .doctor()
-            .await
-            .map_err(|failure| self.backend_error("ping", failure))?;
+        // The rights the probe does not use (queues, readers, publishing), where the user may
+        // ask; a user that may not is not asked again (each refusal is an ACL LOG entry).
+        if self.inner.rights_unchecked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let findings = self.inner.engine.rights().await;
+        if findings.iter().any(|finding| finding.check == "unchecked") {
+            self.inner.rights_unchecked.store(true, Ordering::Relaxed);
+        }
         match findings.into_iter().find(|finding| finding.check == "acl") {
-            Some(denied) => Err(LockError::Backend(BackendError::new(
-                self.error_name(),
-                "ping",
-                false,
-                denied.advice,
-            ))),
+            Some(denied) => Err(self.failure("ping", false, denied.advice)),
             None => Ok(()),
         }
     }
@@ -104,12 +103,10 @@ impl Backend {
         };
         match engine.release(probe, &owner, exclusive, granted).await {
             Ok(Ownership::Ours) => Ok(()),
-            Ok(found) => Err(self.backend_error(
+            Ok(found) => Err(self.failure(
                 "ping",
-                crate::engine::EngineFailure {
-                    ambiguous: false,
-                    source: format!("the probe lock was not ours at release: {found:?}").into(),
-                },
+                false,
+                format!("the probe lock was not ours at release: {found:?}"),
             )),
             Err(failure) => Err(self.backend_error("ping", failure)),
         }

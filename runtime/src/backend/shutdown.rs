@@ -79,17 +79,14 @@ impl Backend {
             .stats
             .left_to_expire
             .fetch_add(left as u64, Ordering::Relaxed);
-        Err(self.backend_error(
+        Err(self.failure(
             "shutdown",
-            crate::engine::EngineFailure {
-                ambiguous: true,
-                source: format!(
-                    "{left} of {} locks were not released within {SHUTDOWN_TIMEOUT:?}; they \
-                     expire by their TTL",
-                    leases.len()
-                )
-                .into(),
-            },
+            true,
+            format!(
+                "{left} of {} locks were not released within {SHUTDOWN_TIMEOUT:?}; they expire \
+                 by their TTL",
+                leases.len()
+            ),
         ))
     }
 }

@@ -88,10 +88,7 @@ impl EngineSpec {
 
     /// Redlock over `masters`: at least 3, each a server URL.
     pub(crate) fn redlock(masters: Vec<String>) -> Result<EngineSpec, LockError> {
-        let listed = || {
-            let urls: Vec<String> = masters.iter().map(|url| redact_url(url)).collect();
-            urls.join(",")
-        };
+        let listed = || redacted_list(&masters);
         if masters.len() < 3 {
             return Err(LockError::invalid_config(
                 "url",
@@ -137,12 +134,15 @@ impl EngineSpec {
             EngineSpec::Server { url } => redact_url(url),
             EngineSpec::Sentinel(spec) => spec.describe(),
             EngineSpec::Cluster(spec) => spec.describe(),
-            EngineSpec::Redlock { masters } => {
-                let urls: Vec<String> = masters.iter().map(|url| redact_url(url)).collect();
-                urls.join(",")
-            }
+            EngineSpec::Redlock { masters } => redacted_list(masters),
         }
     }
+}
+
+/// Redlock's master URLs without their passwords, comma-separated: for messages.
+pub(crate) fn redacted_list(masters: &[String]) -> String {
+    let urls: Vec<String> = masters.iter().map(|url| redact_url(url)).collect();
+    urls.join(",")
 }
 
 /// `host[:port]` items of a typed constructor, parsed (credentials belong in the URL form).

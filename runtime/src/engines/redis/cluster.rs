@@ -472,6 +472,10 @@ impl Engine for ClusterEngine {
         Box::pin(async move { self.node.doctor().await })
     }
 
+    fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
+        Box::pin(self.node.check_acl())
+    }
+
     fn close_links(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.subscriber.close())
     }

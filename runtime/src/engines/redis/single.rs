@@ -262,6 +262,10 @@ impl Engine for RedisEngine {
         Box::pin(async move { self.node.doctor().await })
     }
 
+    fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
+        Box::pin(self.node.check_acl())
+    }
+
     fn close_links(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.subscriber.close())
     }

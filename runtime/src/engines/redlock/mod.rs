@@ -954,6 +954,23 @@ impl Engine for RedlockEngine {
         self.channels.watched()
     }
 
+    fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
+        let checks = self.masters.iter().map(|master| async move {
+            let found = master.node.check_acl().await;
+            found.into_iter().map(|finding| Finding {
+                check: finding.check,
+                advice: format!("master {}: {}", master.address, finding.advice),
+            })
+        });
+        Box::pin(async move {
+            futures_util::future::join_all(checks)
+                .await
+                .into_iter()
+                .flatten()
+                .collect()
+        })
+    }
+
     fn close_links(&self) -> BoxFuture<'_, ()> {
         let links = self.masters.iter().map(|master| master.subscriber.close());
         Box::pin(async move {

@@ -107,7 +107,7 @@ impl Node {
     ///
     /// # Cancel safety
     /// Read-only (`ACL WHOAMI`, `ACL DRYRUN`): dropping the future changes nothing.
-    async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
+    pub(crate) async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
         let user: String = match self
             .raw_query(&redis::cmd("ACL").arg("WHOAMI").clone())
             .await
