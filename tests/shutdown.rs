@@ -58,18 +58,11 @@ async fn a_process_holding_100_locks_shuts_down_and_frees_them_at_once() {
         })
         .await;
     assert!(subscribed, "the server waiter never subscribed");
-    assert!(pubsub_clients(&server) >= 1, "no notification link");
 
     let started = Instant::now();
     backend.shutdown().await.unwrap();
     let took = started.elapsed();
 
-    // Its notification links are closed (the other process, which waits on nothing, has none).
-    assert_eq!(
-        pubsub_clients(&server),
-        0,
-        "a notification link outlived the shutdown"
-    );
     // Every key is free now, not after its TTL.
     let held = other.list("job:*").await.unwrap();
     assert!(
@@ -109,21 +102,6 @@ async fn a_process_holding_100_locks_shuts_down_and_frees_them_at_once() {
     let stats = backend.stats();
     assert_eq!(stats.left_to_expire, 0, "{stats:?}");
     eprintln!("shutdown with {LOCKS} locks held: {took:?}, keys left held: 0");
-}
-
-/// Connections of the server in pub/sub mode (`CLIENT LIST` flag `P`).
-fn pubsub_clients(server: &RedisServer) -> usize {
-    match server.command(&["CLIENT", "LIST"]) {
-        distlock_test_support::Reply::Bulk(Some(list)) => String::from_utf8_lossy(&list)
-            .lines()
-            .filter(|client| {
-                client
-                    .split(' ')
-                    .any(|field| field.starts_with("flags=") && field.contains('P'))
-            })
-            .count(),
-        other => panic!("CLIENT LIST: {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
