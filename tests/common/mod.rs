@@ -5,7 +5,11 @@
 #![allow(dead_code)]
 
 pub mod cell;
+pub mod etcd;
 pub mod worker;
+
+#[allow(unused_imports)]
+pub use etcd::Etcd;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
@@ -97,6 +101,28 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// The servers the locks live on (Sentinel: the primary; Cluster: the masters), whose
     /// events wake [`until`]; none for the in-process backend.
     fn servers(&self) -> Vec<&RedisServer>;
+    /// The smallest fencing token the deployment hands out: Redis's tokens start from its
+    /// microsecond clock (past 10^15), so that a counter lost with its server never issues a
+    /// token below one issued before; etcd's are its revision, which is never lost.
+    fn least_token(&self) -> u64 {
+        1_000_000_000_000_000
+    }
+    /// How long the servers hold a lease of `ttl` that nobody renews: `ttl` itself, but on
+    /// etcd, which counts leases in whole seconds, checks them twice a second, and hands a new
+    /// lease to the grants of the next second.
+    fn held_for(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+    /// How many grants in a row the fencing-token test takes: 10,000, but 2,000 on etcd,
+    /// whose every grant and release is a write its members commit in turn (its token is
+    /// the store's revision, with no counter to lose on the way).
+    fn grants_in_a_row(&self) -> usize {
+        10_000
+    }
+    /// The etcd cluster the locks live on, for the etcd backend.
+    fn etcd(&self) -> Option<&distlock_test_support::EtcdCluster> {
+        None
+    }
 }
 
 /// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
@@ -104,6 +130,9 @@ pub trait Fixture: Sized + Send + Sync + 'static {
 /// only. The in-process backend is in this process: there `check` is re-run at every change of
 /// local state the runtime's test hooks report (`raw::until_local`).
 pub async fn until<F: Fixture>(fx: &F, within: Duration, check: impl AsyncFnMut() -> bool) -> bool {
+    if let Some(cluster) = fx.etcd() {
+        return etcd::until_on_etcd(cluster, within, check).await;
+    }
     let servers = fx.servers();
     if !servers.is_empty() {
         return wait_until(&servers, Wake::CommandsAndExpiries, within, check).await;

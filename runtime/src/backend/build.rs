@@ -55,6 +55,8 @@ impl BackendBuilder {
             }
             EngineSpec::Cluster(cluster) => self.cluster_engine(cluster, &common)?,
             EngineSpec::Redlock { masters } => self.redlock_engine(masters, &common)?,
+            #[cfg(feature = "etcd")]
+            EngineSpec::Etcd(etcd) => self.etcd_engine(etcd, &common)?,
         };
         Ok(Backend::assemble(
             engine,
@@ -273,6 +275,27 @@ impl BackendBuilder {
             );
         }
         Ok(Arc::new(engine))
+    }
+
+    #[cfg(feature = "etcd")]
+    fn etcd_engine(
+        &self,
+        spec: &crate::engines::etcd::spec::EtcdSpec,
+        common: &Common,
+    ) -> Result<Arc<dyn Engine>, LockError> {
+        use crate::engines::etcd::{EtcdConfig, EtcdEngine};
+        self.reject_replicas(
+            common,
+            "an etcd cluster, whose writes are committed by a majority of its members before \
+             they are answered; set it to 0",
+        )?;
+        self.reject_tls("an etcd:// URL; TLS to etcd is not supported yet. Drop the TLS settings")?;
+        Ok(Arc::new(EtcdEngine::open(EtcdConfig {
+            spec,
+            prefix: &self.prefix,
+            timeouts: self.timeouts,
+            holder_label: &common.holder_label,
+        })))
     }
 
     /// The replica acknowledgement settings, checked; `None` when off.

@@ -122,6 +122,28 @@ impl Backend {
             masters.into_iter().map(Into::into).collect(),
         ))
     }
+
+    /// A builder for an etcd cluster, from its members' client addresses (`host[:port]`, port
+    /// 2379 by default; one reachable is enough, the client moves on when one fails): the same
+    /// as [`Backend::builder`] with `etcd://host:port,…` (what `DISTLOCK_URL` takes; use that
+    /// form for credentials). Feature `etcd`.
+    ///
+    /// ```
+    /// let backend = distlock::Backend::etcd(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"])
+    ///     .prefix("billing")
+    ///     .build()
+    ///     .expect("three members");
+    /// # let _ = backend;
+    /// ```
+    #[cfg(feature = "etcd")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+    pub fn etcd<I, S>(members: I) -> BackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        BackendBuilder::new(EngineSpec::etcd(strings(members)))
+    }
 }
 
 /// Configures a [`Backend`]. Every setter states its default; [`build`](Self::build) checks them

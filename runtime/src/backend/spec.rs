@@ -3,6 +3,8 @@
 //! ([`Backend::sentinel`](crate::Backend::sentinel), [`cluster`](crate::Backend::cluster),
 //! [`redlock`](crate::Backend::redlock)), which build it directly instead of writing a URL.
 
+#[cfg(feature = "etcd")]
+use crate::engines::etcd::spec::{EtcdSpec, ETCD_PORT};
 use crate::engines::redis::cluster_spec::{ClusterSpec, NODE_PORT};
 use crate::engines::redis::hosts::Authority;
 use crate::engines::redis::sentinel::{SentinelSpec, SENTINEL_PORT};
@@ -22,6 +24,9 @@ pub(crate) enum EngineSpec {
     Cluster(ClusterSpec),
     /// Redlock over independent masters (at least 3), each a full server URL.
     Redlock { masters: Vec<String> },
+    /// An etcd cluster (feature `etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(EtcdSpec),
 }
 
 /// The schemes of one server's URL (also what each Redlock master must be).
@@ -38,6 +43,17 @@ impl EngineSpec {
             Some("memory") => Ok(EngineSpec::InProcess),
             Some("redis-sentinel") => SentinelSpec::parse(url).map(EngineSpec::Sentinel),
             Some("redis-cluster") => ClusterSpec::parse(url).map(EngineSpec::Cluster),
+            #[cfg(feature = "etcd")]
+            Some("etcd") => EtcdSpec::parse(url).map(EngineSpec::Etcd),
+            #[cfg(not(feature = "etcd"))]
+            Some("etcd") => Err(LockError::invalid_config(
+                "url",
+                format!(
+                    "`{}` is an etcd cluster, and this build of distlock has no etcd engine; \
+                     turn on distlock's `etcd` feature",
+                    redact_url(url)
+                ),
+            )),
             Some(scheme) if SERVER_SCHEMES.contains(&scheme) => Ok(EngineSpec::Server {
                 url: url.to_owned(),
             }),
@@ -46,7 +62,7 @@ impl EngineSpec {
                 format!(
                     "`{}` is not a lock backend URL; expected redis://host:port, rediss://host:port, \
                      unix:///path/to/socket, redis-sentinel://host:port,…/MASTER_NAME, \
-                     redis-cluster://host:port,…, memory://, or three or more \
+                     redis-cluster://host:port,…, etcd://host:port,…, memory://, or three or more \
                      comma-separated redis:// URLs for Redlock",
                     redact_url(url)
                 ),
@@ -81,6 +97,16 @@ impl EngineSpec {
     pub(crate) fn cluster(nodes: Vec<String>) -> Result<EngineSpec, LockError> {
         Ok(EngineSpec::Cluster(ClusterSpec {
             seeds: hosts("nodes", &nodes, NODE_PORT)?,
+            username: None,
+            password: None,
+        }))
+    }
+
+    /// The etcd cluster of `members` (`host[:port]`, port 2379 by default).
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(members: Vec<String>) -> Result<EngineSpec, LockError> {
+        Ok(EngineSpec::Etcd(EtcdSpec {
+            endpoints: hosts("members", &members, ETCD_PORT)?,
             username: None,
             password: None,
         }))
@@ -124,6 +150,8 @@ impl EngineSpec {
             EngineSpec::Sentinel(_) => "sentinel",
             EngineSpec::Cluster(_) => "cluster",
             EngineSpec::Redlock { .. } => "redlock",
+            #[cfg(feature = "etcd")]
+            EngineSpec::Etcd(_) => "etcd",
         }
     }
 
@@ -135,6 +163,8 @@ impl EngineSpec {
             EngineSpec::Sentinel(spec) => spec.describe(),
             EngineSpec::Cluster(spec) => spec.describe(),
             EngineSpec::Redlock { masters } => redacted_list(masters),
+            #[cfg(feature = "etcd")]
+            EngineSpec::Etcd(spec) => spec.describe(),
         }
     }
 }

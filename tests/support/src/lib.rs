@@ -16,6 +16,9 @@
 //!   is free too ([`free_cluster_port`]). It can tell which node serves a
 //!   slot, kill a master and wait for its replica to take over, and move a
 //!   slot to another master with the live migration protocol.
+//! * [`EtcdCluster`] runs an etcd cluster (`etcd` members with their own
+//!   ports and data dirs), tells which member leads, and kills, pauses or
+//!   restarts members by PID.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -46,6 +49,7 @@
 
 mod client;
 mod cluster;
+mod etcd;
 mod events;
 mod listener;
 mod ports;
@@ -58,6 +62,7 @@ mod tls;
 
 pub use client::{command_at, pipeline_at};
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
+pub use etcd::{EtcdCluster, ETCDCTL_ENV, ETCD_ENV};
 pub use events::{wait_until, Wake};
 pub use listener::ChannelListener;
 pub use ports::{free_cluster_port, free_port};

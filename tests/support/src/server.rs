@@ -613,8 +613,12 @@ fn launch(config: &ServerConfig, port: u16, dir: &Path) -> Result<Arc<Child>, Fa
 
 /// Creates a fresh, empty directory under the system temp dir.
 pub(crate) fn make_temp_dir() -> PathBuf {
+    make_temp_dir_in(&std::env::temp_dir())
+}
+
+/// A new, empty directory of this process's under `root`.
+pub(crate) fn make_temp_dir_in(root: &Path) -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let root = std::env::temp_dir();
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = root.join(format!("distlock-redis-{}-{n}", std::process::id()));

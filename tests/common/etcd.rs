@@ -1,0 +1,116 @@
+//! The etcd fixture: a 3-member etcd cluster on loopback, and waiting on its events.
+
+use super::{Fixture, PREFIX};
+use distlock::{Backend, BackendBuilder};
+use distlock_test_support::{EtcdCluster, RedisServer};
+use etcd_client::{Client, WatchOptions};
+use std::time::{Duration, Instant};
+
+/// The etcd backend on a 3-member cluster.
+pub struct Etcd {
+    pub cluster: EtcdCluster,
+    backend: Backend,
+    builder: BackendBuilder,
+}
+
+impl Etcd {
+    /// A client of the cluster, for what the tests read behind the backend's back.
+    pub async fn client(&self) -> Client {
+        Client::connect(self.cluster.endpoints(), None)
+            .await
+            .expect("the cluster answers")
+    }
+}
+
+impl Fixture for Etcd {
+    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
+        let cluster = EtcdCluster::start(3);
+        let builder = configure(Backend::builder(cluster.url()).prefix(PREFIX));
+        Etcd {
+            backend: builder.clone().build().expect("valid settings"),
+            builder,
+            cluster,
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// etcd keeps no token marker: the revision a token is taken from never goes back.
+    async fn forget_token_marker(&self, _key: &str) {}
+
+    /// The time left of the holder's lease, in etcd's whole seconds.
+    async fn pttl(&self, key: &str) -> Option<Duration> {
+        let holder = self.backend.inspect(key).await.unwrap()?;
+        Some(holder.ttl)
+    }
+
+    fn contender(&self) -> Backend {
+        self.builder.clone().build().unwrap()
+    }
+
+    async fn held_keys(&self, candidates: &[String]) -> Vec<String> {
+        let mut held = Vec::new();
+        for key in candidates {
+            if self.backend.inspect(key).await.unwrap().is_some() {
+                held.push(key.clone());
+            }
+        }
+        held
+    }
+
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn servers(&self) -> Vec<&RedisServer> {
+        Vec::new()
+    }
+
+    fn least_token(&self) -> u64 {
+        1
+    }
+
+    fn grants_in_a_row(&self) -> usize {
+        2_000
+    }
+
+    fn held_for(&self, ttl: Duration) -> Duration {
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        Duration::from_secs(seconds + 1) + Duration::from_millis(500)
+    }
+
+    fn etcd(&self) -> Option<&EtcdCluster> {
+        Some(&self.cluster)
+    }
+}
+
+/// Waits up to `within` until `check` holds, re-checked at every change of any key on
+/// `cluster` (a lease that ends deletes its keys: that is a change too).
+pub async fn until_on_etcd(
+    cluster: &EtcdCluster,
+    within: Duration,
+    mut check: impl AsyncFnMut() -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    let client = Client::connect(cluster.endpoints(), None).await.unwrap();
+    let mut stream = client
+        .watch_client()
+        .watch("\0", Some(WatchOptions::new().with_from_key()))
+        .await
+        .unwrap();
+    // Created before the first check: no change after it is missed.
+    stream.message().await.unwrap();
+    loop {
+        if check().await {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.message()).await {
+            Ok(Ok(Some(_))) => {}
+            Ok(_) => panic!("the test's etcd watch ended"),
+            Err(_) => return check().await,
+        }
+    }
+}
