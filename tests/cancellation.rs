@@ -1,7 +1,8 @@
 //! Cancellation at random points: locked calls dropped before their acquire is sent, with it in
 //! flight, while waiting, in the body and with the release in flight must leave no lock held
 //! 200 ms after the last cancellation, on the in-process backend, a real Redis, a real Valkey
-//! (whose releases are conditional writes) and Redlock over three real masters.
+//! (whose releases are conditional writes), Redlock over three real masters and a 3-member etcd
+//! cluster (where a waiter that left must also leave the lock's queue).
 //!
 //! tokio's timer only resolves milliseconds, so the cancellations are fired from a thread of
 //! their own, which sleeps and then spins to its target instant: microsecond resolution. Each call
@@ -10,7 +11,7 @@
 
 mod common;
 
-use common::{Fixture, InProcess, Redlock, SingleRedis, Valkey};
+use common::{Etcd, Fixture, InProcess, Redlock, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lock, LockError, Registry};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -79,6 +80,7 @@ annotated!(annotated_in_process, "cancel-in-process");
 annotated!(annotated_redis, "cancel-redis");
 annotated!(annotated_valkey, "cancel-valkey");
 annotated!(annotated_redlock, "cancel-redlock");
+annotated!(annotated_etcd, "cancel-etcd");
 
 type BoxedCall<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LockError>> + Send + 'a>>;
@@ -133,21 +135,22 @@ impl Rng {
     }
 }
 
-/// How long an uncancelled call of each kind takes: the span cancellation delays are drawn from.
+/// How long an uncancelled call of each kind takes with as many calls at once as the run
+/// makes: the span cancellation delays are drawn from.
 async fn calibrate(backend: &Backend, attr: Annotated) -> Duration {
     let mut took = Vec::new();
-    for i in 0..20 {
-        let started = Instant::now();
-        let style = [Style::Run, Style::Guard, Style::Attribute][i % 3];
-        call(
-            backend.clone(),
-            format!("calibrate-{i}"),
-            style,
-            Arc::default(),
-            attr,
-        )
-        .await;
-        took.push(started.elapsed());
+    for round in 0..20 {
+        let calls = (0..STREAMS).map(|stream| {
+            let style = [Style::Run, Style::Guard, Style::Attribute][(round + stream) % 3];
+            let key = format!("calibrate-{round}-{stream}");
+            let call = call(backend.clone(), key, style, Arc::default(), attr);
+            async move {
+                let started = Instant::now();
+                call.await;
+                started.elapsed()
+            }
+        });
+        took.extend(futures_util::future::join_all(calls).await);
     }
     took.sort();
     took[took.len() / 2]
@@ -340,6 +343,10 @@ fn attr_redlock<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_redlock(key, probe))
 }
 
+fn attr_etcd<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_etcd(key, probe))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_in_process() {
     cancelled_calls_leave_nothing_held::<InProcess>("cancel-in-process", attr_in_process).await;
@@ -360,6 +367,13 @@ async fn cancelled_calls_leave_no_lock_held_valkey() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_redlock() {
     cancelled_calls_leave_nothing_held::<Redlock>("cancel-redlock", attr_redlock).await;
+}
+
+/// On etcd a cancelled waiter leaves a queue entry behind unless it deletes it: one left would
+/// hold up everyone behind it until its lease ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_etcd() {
+    cancelled_calls_leave_nothing_held::<Etcd>("cancel-etcd", attr_etcd).await;
 }
 
 /// With no runtime left to run a background release, the lock expires by its TTL, and the stats

@@ -3,7 +3,8 @@
 use super::{Fixture, PREFIX};
 use distlock::{Backend, BackendBuilder};
 use distlock_test_support::{EtcdCluster, RedisServer};
-use etcd_client::{Client, WatchOptions};
+use etcd_client::{Client, GetOptions, WatchOptions};
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 /// The etcd backend on a 3-member cluster.
@@ -50,14 +51,26 @@ impl Fixture for Etcd {
         self.builder.clone().build().unwrap()
     }
 
+    /// Keys among `candidates` with any entry left in their queue: a holder, or a waiter,
+    /// which would hold up everyone behind it.
     async fn held_keys(&self, candidates: &[String]) -> Vec<String> {
-        let mut held = Vec::new();
-        for key in candidates {
-            if self.backend.inspect(key).await.unwrap().is_some() {
-                held.push(key.clone());
-            }
-        }
-        held
+        let mut client = self.client().await;
+        let start = format!("{PREFIX}:{{");
+        let options = GetOptions::new().with_prefix().with_keys_only();
+        let read = client.get(start.as_str(), Some(options)).await.unwrap();
+        let queued: BTreeSet<&str> = read
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let name = std::str::from_utf8(kv.key()).ok()?.strip_prefix(&start)?;
+                Some(name.split_once("}/")?.0)
+            })
+            .collect();
+        let held: BTreeSet<&String> = candidates
+            .iter()
+            .filter(|key| queued.contains(key.as_str()))
+            .collect();
+        held.into_iter().cloned().collect()
     }
 
     fn kind(&self) -> &'static str {

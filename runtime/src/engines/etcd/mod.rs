@@ -14,6 +14,7 @@
 //!
 
 pub(crate) mod client;
+mod joining;
 mod leases;
 mod notify;
 mod operator;
@@ -31,6 +32,7 @@ use crate::wait::ReleaseWatch;
 use client::Connection;
 use etcd_client::{TxnOp, TxnOpResponse, TxnResponse};
 use futures_util::future::BoxFuture;
+use joining::Joining;
 use leases::{Pool, Rounding};
 use notify::Watches;
 use queue::{holds, same_family, Entry, Queue};
@@ -48,6 +50,7 @@ pub(crate) struct EtcdEngine {
     label: String,
     rounding: Rounding,
     pool: Pool,
+    joining: Joining,
     watches: Arc<Watches>,
 }
 
@@ -69,6 +72,7 @@ impl EtcdEngine {
             label: config.holder_label.to_owned(),
             rounding: Rounding::default(),
             pool: Pool::default(),
+            joining: Joining::default(),
         }
     }
 
@@ -134,9 +138,15 @@ impl EtcdEngine {
     ) -> EngineResult<Acquired> {
         let queue = self.queue(key);
         let lease = self.lease(ttl).await?;
+        let txn = queue.join(owner, kind, lease, &self.label);
         let joined = self
-            .txn_on(lease, queue.join(owner, kind, lease, &self.label))
-            .await?;
+            .joining
+            .send(&self.connection, queue.entry(owner), txn)
+            .await;
+        if joined.is_err() {
+            self.pool.forget(lease);
+        }
+        let joined = joined?;
         let entries = queue.last_read(&joined);
         let mine = entries
             .iter()
@@ -238,6 +248,8 @@ impl Engine for EtcdEngine {
     ) -> BoxFuture<'a, EngineResult<Ownership>> {
         Box::pin(async move {
             let queue = self.queue(key);
+            // After the caller's join, if one is on its way: the delete must not overtake it.
+            self.joining.settled(&queue.entry(owner)).await;
             let left = self.txn(queue.leave(owner)).await?;
             Ok(match left.succeeded() {
                 true => Ownership::Ours,
