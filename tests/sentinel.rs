@@ -7,6 +7,7 @@
 mod common;
 
 use common::cell::read_cell;
+use common::sections::{tokens, tokens_len, wait_for_tokens};
 use common::worker::{self, Worker};
 use common::PREFIX;
 use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason};
@@ -705,41 +706,6 @@ fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
         .watchdog_lease(Duration::from_millis(300))
         .build()
         .unwrap();
-}
-
-fn tokens(resource: &RedisServer) -> Vec<u64> {
-    let Reply::Array(Some(items)) = resource.command(&["LRANGE", "tokens", "0", "-1"]) else {
-        panic!("LRANGE failed")
-    };
-    items
-        .iter()
-        .map(|item| item.as_str().unwrap().parse().unwrap())
-        .collect()
-}
-
-/// Waits until the sections recorded `count` tokens, woken by the resource server's keyspace
-/// notifications of the list.
-fn wait_for_tokens(resource: &RedisServer, count: usize) {
-    resource.command(&["CONFIG", "SET", "notify-keyspace-events", "Kl"]);
-    let client = redis::Client::open(resource.url()).unwrap();
-    let mut events = client.get_connection().unwrap();
-    let mut pubsub = events.as_pubsub();
-    pubsub.subscribe("__keyspace@0__:tokens").unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    while tokens_len(resource) < count {
-        pubsub
-            .get_message()
-            .expect("no section within 30 s: the workers stalled");
-    }
-}
-
-fn tokens_len(resource: &RedisServer) -> usize {
-    match resource.command(&["LLEN", "tokens"]) {
-        Reply::Int(n) => n as usize,
-        other => panic!("LLEN: {other:?}"),
-    }
 }
 
 /// `errorstat_<kind>` of `INFO errorstats`: how often the server answered with that error.

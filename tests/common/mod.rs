@@ -6,6 +6,7 @@
 
 pub mod cell;
 pub mod etcd;
+pub mod sections;
 pub mod worker;
 
 #[allow(unused_imports)]

@@ -248,6 +248,46 @@ impl SentinelGroup {
         self.switch_after("killing the primary", |group| group.primary_mut().kill())
     }
 
+    /// Stops (SIGSTOP) every replica: the primary goes on answering, and what it writes from
+    /// now on reaches no replica — a replication link that lags.
+    pub fn pause_replicas(&self) {
+        for replica in self.replicas() {
+            replica.pause();
+        }
+    }
+
+    /// SIGKILLs the primary while its replicas are paused ([`SentinelGroup::pause_replicas`]),
+    /// resumes them, and waits for the failover as
+    /// [`SentinelGroup::kill_primary_and_wait_failover`] does: the promoted replica lacks
+    /// every write the primary made while they were paused.
+    pub fn kill_lagging_primary_and_wait_failover(&mut self) -> Duration {
+        self.switch_after("killing the primary of paused replicas", |group| {
+            group.primary_mut().kill();
+            let primary = group.primary;
+            for (index, server) in group.servers.iter().enumerate() {
+                if index != primary {
+                    server.resume();
+                }
+            }
+        })
+    }
+
+    /// Starts the killed former primary again and waits until it has synced as a replica of
+    /// the current primary (the sentinels turn the empty master it comes back as into one).
+    ///
+    /// # Panics
+    ///
+    /// If every server is running, or the restarted one does not sync.
+    pub fn restart_killed(&mut self) {
+        let killed = self
+            .servers
+            .iter()
+            .position(|server| !server.is_running())
+            .expect("restart_killed: every server is running");
+        self.servers[killed].restart();
+        self.servers[killed].wait_for_replica_sync();
+    }
+
     /// Asks a sentinel for a failover with the primary alive (`SENTINEL
     /// FAILOVER`): a replica is promoted and the old primary demoted to a
     /// replica of it, its clients still connected. Waits and swaps the roles
