@@ -8,4 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 
-cargo test --workspace --locked "$@"
+# The CLI's etcd feature too (the runtime's is on for the test crate already).
+cargo test --workspace --locked --features distlock-cli/etcd "$@"

@@ -36,6 +36,9 @@ WORKLOADS:
     replicated   a primary with one replica of their own: distlock with min_replicas(1) (every
                  grant acknowledged by the replica, WAIT in the same round trip) beside itself
                  without and the peers (which do not wait): cycles/s, p50, the price of WAIT
+    etcd         a 3-member etcd cluster of its own: distlock's etcd engine beside etcd's own lock
+                 service (Lock/Unlock through etcd-client, on a session lease), sequential and
+                 --contenders tasks on one key: cycles/s, critical sections/s, fairness, worst wait
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -82,10 +85,11 @@ pub(crate) enum Workload {
     Attribute,
     Redlock,
     Replicated,
+    Etcd,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 7] = [
+    pub(crate) const ALL: [Workload; 8] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -93,6 +97,7 @@ impl Workload {
         Workload::Attribute,
         Workload::Redlock,
         Workload::Replicated,
+        Workload::Etcd,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -104,6 +109,7 @@ impl Workload {
             Workload::Attribute => "attribute",
             Workload::Redlock => "redlock",
             Workload::Replicated => "replicated",
+            Workload::Etcd => "etcd",
         }
     }
 }

@@ -28,6 +28,9 @@ pub(crate) enum LibId {
     /// Not a library: the least a FIFO handoff through the server costs ([`crate::fifo_floor`]),
     /// run beside the libraries in the contended workloads only.
     FifoFloor,
+    /// etcd's own lock service (`Lock`/`Unlock`, the server-side v3lock) through etcd-client,
+    /// each lock bound to the client's session lease: the etcd workload's peer.
+    EtcdLock,
 }
 
 impl LibId {
@@ -45,6 +48,7 @@ impl LibId {
             LibId::Rslock => "rslock",
             LibId::Redlock => "redlock",
             LibId::FifoFloor => "fifo-floor",
+            LibId::EtcdLock => "etcd-lock",
         }
     }
 
@@ -70,6 +74,51 @@ enum Inner {
     Rslock(rslock::LockManager),
     Redlock(redlock::RedLock),
     FifoFloor(Box<FifoFloor>),
+    EtcdLock(Box<EtcdSession>),
+}
+
+/// An etcd-client connection, and the sessions its locks are taken in: etcd's lock service
+/// names a lock's key after its lease, so two tasks locking with one lease would both hold it
+/// (a session's lock is reentrant); each task takes a session of its own from the pool, a lease
+/// kept alive by a task for as long as the client lives (as etcd's `concurrency.Session`).
+struct EtcdSession {
+    client: etcd_client::Client,
+    idle: std::sync::Mutex<Vec<i64>>,
+    keep_alive: std::sync::Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl EtcdSession {
+    /// A lease no task is locking with: an idle one, or a new one kept alive from now on.
+    async fn take(&self) -> Result<i64, String> {
+        if let Some(lease) = self.idle.lock().unwrap().pop() {
+            return Ok(lease);
+        }
+        let mut leases = self.client.lease_client();
+        let lease = leases
+            .grant(FIXED_TTL.as_secs() as i64, None)
+            .await
+            .map_err(|err| format!("etcd lease: {err}"))?
+            .id();
+        let (mut keeper, mut answers) = leases
+            .keep_alive(lease)
+            .await
+            .map_err(|err| format!("etcd keep-alive: {err}"))?;
+        let task = tokio::spawn(async move {
+            while keeper.keep_alive().await.is_ok() && answers.message().await.is_ok() {
+                tokio::time::sleep(FIXED_TTL / 3).await;
+            }
+        });
+        self.keep_alive.lock().unwrap().push(task.abort_handle());
+        Ok(lease)
+    }
+}
+
+impl Drop for EtcdSession {
+    fn drop(&mut self) {
+        for task in self.keep_alive.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
 }
 
 /// A held lock of any library.
@@ -82,6 +131,9 @@ pub(crate) enum Held {
         val: Vec<u8>,
     },
     FifoFloor(FloorHeld),
+    /// The key etcd's lock service answered with (what `Unlock` takes), and the session's
+    /// lease, given back to the pool at the release.
+    EtcdLock(Vec<u8>, i64),
 }
 
 impl Client {
@@ -104,8 +156,26 @@ impl Client {
             LibId::Rslock => Inner::Rslock(rslock::LockManager::new(urls)),
             LibId::Redlock => Inner::Redlock(redlock::RedLock::new(urls)),
             LibId::FifoFloor => Inner::FifoFloor(Box::new(FifoFloor::new(url)?)),
+            LibId::EtcdLock => return Err("etcd-lock connects with Client::etcd_lock".into()),
         };
         Ok(Client { lib, inner })
+    }
+
+    /// etcd's lock service on the cluster of `endpoints` (`host:port`), each lock in a
+    /// session of its own ([`EtcdSession`]).
+    pub(crate) async fn etcd_lock(endpoints: &[String]) -> Result<Client, String> {
+        let client = etcd_client::Client::connect(endpoints, None)
+            .await
+            .map_err(|err| format!("etcd-client: {err}"))?;
+        let session = EtcdSession {
+            client,
+            idle: std::sync::Mutex::default(),
+            keep_alive: std::sync::Mutex::default(),
+        };
+        Ok(Client {
+            lib: LibId::EtcdLock,
+            inner: Inner::EtcdLock(Box::new(session)),
+        })
     }
 
     /// distlock on a backend built by the caller (a setting the other libraries lack), with the
@@ -161,6 +231,19 @@ impl Client {
                 }
             }
             Inner::FifoFloor(floor) => floor.acquire(key).await.map(Held::FifoFloor),
+            Inner::EtcdLock(session) => {
+                let lease = session.take().await?;
+                let options = etcd_client::LockOptions::new().with_lease(lease);
+                let name = peer_key("etcd-lock", key);
+                let locked = session.client.lock_client().lock(name, Some(options)).await;
+                match locked {
+                    Ok(locked) => Ok(Held::EtcdLock(locked.key().to_vec(), lease)),
+                    Err(err) => {
+                        session.idle.lock().unwrap().push(lease);
+                        Err(err.to_string())
+                    }
+                }
+            }
         }
     }
 
@@ -185,6 +268,11 @@ impl Client {
                 Ok(())
             }
             (Inner::FifoFloor(floor), Held::FifoFloor(held)) => floor.release(held).await,
+            (Inner::EtcdLock(session), Held::EtcdLock(key, lease)) => {
+                let unlocked = session.client.lock_client().unlock(key).await;
+                session.idle.lock().unwrap().push(lease);
+                unlocked.map(drop).map_err(|err| err.to_string())
+            }
             _ => Err("a lock released through another library's client".into()),
         }
     }

@@ -203,6 +203,30 @@ impl Report {
             1.0,
             "",
         );
+        at_least(
+            "etcd_sequential",
+            "etcd: cycles/s as a ratio to etcd's lock service",
+            self.num("etcd_sequential", d, "ratio_to_etcd_lock"),
+            1.0,
+            "",
+        );
+        at_least(
+            "etcd_contended",
+            &format!(
+                "etcd: critical sections/s, {} tasks, as a ratio to etcd's lock service",
+                config.contenders
+            ),
+            self.num("etcd_contended", d, "ratio_to_etcd_lock"),
+            1.2,
+            "",
+        );
+        at_least(
+            "etcd_contended",
+            "etcd: smallest worker share of the mean",
+            self.num("etcd_contended", d, "worker_share_min"),
+            0.8,
+            "",
+        );
         let mut at_most =
             |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
                 targets.push(Target::at_most(workload, what, value, goal, unit))
@@ -230,6 +254,13 @@ impl Report {
                 .zip(rslock_cpu)
                 .map(|(ours, theirs)| ours / theirs),
             1.0,
+            "",
+        );
+        at_most(
+            "etcd_contended",
+            "etcd: largest worker share of the mean",
+            self.num("etcd_contended", d, "worker_share_max"),
+            1.2,
             "",
         );
         at_most(
@@ -648,6 +679,35 @@ impl Report {
                 ("unacked/s", "unacked_cycles_per_s"),
                 ("unacked p50", "unacked_p50_us"),
                 ("WAIT cost p50 us", "wait_cost_p50_us"),
+            ],
+        );
+
+        self.section(
+            &mut out,
+            "etcd_sequential",
+            "8a. etcd, 3 members, sequential: 1 task, acquire + release of distinct keys",
+            &[
+                ("cycles/s", "cycles_per_s"),
+                ("p50 us", "p50_us"),
+                ("p99 us", "p99_us"),
+                ("x etcd-lock", "ratio_to_etcd_lock"),
+            ],
+        );
+        self.section(
+            &mut out,
+            "etcd_contended",
+            &format!(
+                "8b. etcd, 3 members, contended: {} tasks in one process on one key",
+                config.contenders
+            ),
+            &[
+                ("CS/s", "cs_per_s"),
+                ("x etcd-lock", "ratio_to_etcd_lock"),
+                ("share min", "worker_share_min"),
+                ("share max", "worker_share_max"),
+                ("wait p50 us", "wait_p50_us"),
+                ("wait max us", "wait_max_us"),
+                ("violations", "violations"),
             ],
         );
 

@@ -5,8 +5,8 @@ use crate::calibrate::{calibrate, Origins, Shape};
 use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
-use crate::workloads::{attribute, contended, held, redlock, replicated, uncontended};
-use distlock_test_support::{RedisServer, ServerConfig};
+use crate::workloads::{attribute, contended, etcd, held, redlock, replicated, uncontended};
+use distlock_test_support::{EtcdCluster, RedisServer, ServerConfig};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 11] = [
+pub(crate) const SECTIONS: [&str; 13] = [
     "sequential",
     "parallel",
     "contended",
@@ -27,6 +27,8 @@ pub(crate) const SECTIONS: [&str; 11] = [
     "redlock_sequential",
     "redlock_contended",
     "replicated",
+    "etcd_sequential",
+    "etcd_contended",
 ];
 
 /// The contended workload spread over more processes, 12 tasks in all each: section, processes,
@@ -114,6 +116,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     let mut masters: Vec<RedisServer> = Vec::new();
     // The replicated workload's primary and replica, likewise.
     let mut replicated_pair: Vec<RedisServer> = Vec::new();
+    // The etcd workload's cluster, likewise.
+    let mut etcd_cluster: Option<EtcdCluster> = None;
     let mut measured = Measured {
         redis_version,
         placement,
@@ -155,8 +159,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                                     .await
                             }
                             // A fixed lease is never renewed: nothing to measure. The FIFO
-                            // floor is never among `config.libs`.
-                            LibId::DistlockFixed | LibId::FifoFloor => continue,
+                            // floor and etcd's lock service are never among `config.libs`.
+                            LibId::DistlockFixed | LibId::FifoFloor | LibId::EtcdLock => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -183,6 +187,24 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     redlock::run(
                         &config.libs,
                         &masters,
+                        config.duration,
+                        config.contenders,
+                        config.critical_section,
+                        rep,
+                    )
+                    .await
+                }
+                Workload::Etcd => {
+                    if etcd_cluster.is_none() {
+                        let cluster = EtcdCluster::start(3);
+                        for pid in cluster.pids() {
+                            config.pin.server(pid)?;
+                        }
+                        etcd_cluster = Some(cluster);
+                    }
+                    let cluster = etcd_cluster.as_ref().expect("started above");
+                    etcd::run(
+                        cluster,
                         config.duration,
                         config.contenders,
                         config.critical_section,

@@ -338,8 +338,8 @@ async fn doctor_findings_and_errors_have_exit_codes() {
     assert!(stderr(&bad).contains("at least 3"), "{}", stderr(&bad));
 }
 
-/// The same commands on every deployment: Redlock over three masters, a Redis Cluster, and a
-/// Sentinel group.
+/// The same commands on every Redis deployment: Redlock over three masters, a Redis Cluster, and
+/// a Sentinel group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_backend_kind_answers() {
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -355,29 +355,42 @@ async fn every_backend_kind_answers() {
         ("cluster", cluster.url()),
         ("sentinel", sentinel.sentinel_url()),
     ] {
-        let app = backend(&url, &format!("{kind}-worker"));
-        let mut guards = Vec::new();
-        for key in ["a:1", "a:2", "b:1"] {
-            guards.push(Lock::new(key).on(&app).acquire().await.unwrap());
-        }
-        let inspected = distlock(&url, &["--json", "inspect", "a:1"]);
-        assert_eq!(inspected.status.code(), Some(0), "{kind}: {inspected:?}");
-        let inspected = json(&inspected);
-        assert_eq!(inspected["deployment"], kind);
-        assert_eq!(inspected["label"], format!("{kind}-worker"));
-        assert_eq!(inspected["fencing_token"], guards[0].fencing_token());
+        answers(kind, &url).await;
+    }
+}
 
-        let listed = ndjson(&distlock(&url, &["--json", "list", "--pattern", "a:*"]));
-        assert_eq!(listed.len(), 2, "{kind}: {listed:?}");
+/// The same commands on an etcd cluster of three members.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_answers_too() {
+    let cluster = distlock_test_support::EtcdCluster::start(3);
+    answers("etcd", &cluster.url()).await;
+}
 
-        let removed = distlock(&url, &["unlock", "b:1", "--force"]);
-        assert_eq!(removed.status.code(), Some(0), "{kind}: {removed:?}");
-        assert!(app.inspect("b:1").await.unwrap().is_none(), "{kind}");
-        let free = distlock(&url, &["inspect", "b:1"]);
-        assert_eq!(free.status.code(), Some(1), "{kind}");
-        for guard in guards.drain(..2) {
-            guard.release().await.unwrap();
-        }
+/// `inspect`, `list` and `unlock` of locks `kind`'s deployment at `url` holds.
+async fn answers(kind: &str, url: &str) {
+    let app = backend(url, &format!("{kind}-worker"));
+    let mut guards = Vec::new();
+    for key in ["a:1", "a:2", "b:1"] {
+        guards.push(Lock::new(key).on(&app).acquire().await.unwrap());
+    }
+    let inspected = distlock(url, &["--json", "inspect", "a:1"]);
+    assert_eq!(inspected.status.code(), Some(0), "{kind}: {inspected:?}");
+    let inspected = json(&inspected);
+    assert_eq!(inspected["deployment"], kind);
+    assert_eq!(inspected["label"], format!("{kind}-worker"));
+    assert_eq!(inspected["fencing_token"], guards[0].fencing_token());
+
+    let listed = ndjson(&distlock(url, &["--json", "list", "--pattern", "a:*"]));
+    assert_eq!(listed.len(), 2, "{kind}: {listed:?}");
+
+    let removed = distlock(url, &["unlock", "b:1", "--force"]);
+    assert_eq!(removed.status.code(), Some(0), "{kind}: {removed:?}");
+    assert!(app.inspect("b:1").await.unwrap().is_none(), "{kind}");
+    let free = distlock(url, &["inspect", "b:1"]);
+    assert_eq!(free.status.code(), Some(1), "{kind}");
+    for guard in guards.drain(..2) {
+        guard.release().await.unwrap();
     }
 }
 

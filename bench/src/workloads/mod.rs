@@ -1,7 +1,8 @@
-//! The seven workloads; each file measures one and returns its numbers as a JSON object.
+//! The eight workloads; each file measures one and returns its numbers as a JSON object.
 
 pub(crate) mod attribute;
 pub(crate) mod contended;
+pub(crate) mod etcd;
 pub(crate) mod held;
 pub(crate) mod redlock;
 pub(crate) mod replicated;

@@ -208,6 +208,14 @@ impl EtcdCluster {
         self.members.iter().position(|m| m.client_port == port)
     }
 
+    /// The PIDs of the members that run, e.g. to place them on CPUs.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().filter(|c| c.is_running()).map(|c| c.pid()))
+            .collect()
+    }
+
     /// Whether member `i` runs.
     pub fn is_running(&self, i: usize) -> bool {
         self.members[i]
