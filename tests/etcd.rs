@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::etcd::until_on_etcd;
 use common::sections::{self, Tally};
 use common::worker::{self, Worker};
 use common::PREFIX;
@@ -246,4 +247,55 @@ async fn with_the_majority_down_calls_fail_within_their_budget() {
         .acquire()
         .await;
     assert!(again.is_ok(), "the cluster serves locks again: {again:?}");
+}
+
+/// Five processes wait for one key, queued in the order they came: each release wakes only
+/// the next in line (its predecessor's deletion), which takes the lock — FIFO across
+/// processes, and no waiter asks again for a release that was not its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_one_at_a_time_in_queue_order() {
+    let cluster = EtcdCluster::start(3);
+    let holder = backend(&cluster.url(), Duration::from_secs(30));
+    let held = Lock::new("line").on(&holder).acquire().await.unwrap();
+    let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    let mut backends = Vec::new();
+    for place in 0..5u64 {
+        let waiter = backend(&cluster.url(), Duration::from_secs(30));
+        let (task_backend, order_tx) = (waiter.clone(), order_tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = Lock::new("line")
+                .on(&task_backend)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap();
+            order_tx.send(place).unwrap();
+            guard.release().await.unwrap();
+        }));
+        // In line once the queue holds its entry: the next one joins behind it.
+        let queued = until_on_etcd(&cluster, Duration::from_secs(5), async || {
+            let holder = holder.inspect("line").await.unwrap();
+            holder.and_then(|holder| holder.waiting) == Some(place + 1)
+        })
+        .await;
+        assert!(queued, "waiter {place} never queued");
+        backends.push(waiter);
+    }
+    held.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let mut served = Vec::new();
+    while let Ok(place) = order.try_recv() {
+        served.push(place);
+    }
+    let asked: Vec<u64> = backends.iter().map(|b| b.stats().busy_replies).collect();
+    eprintln!("ETCD queue: served in order {served:?}; busy replies per waiter {asked:?}");
+    assert_eq!(served, [0, 1, 2, 3, 4], "FIFO across processes");
+    // Its first request, and the one after it watched the queue; then only its turn.
+    assert!(
+        asked.iter().all(|&busy| busy == 2),
+        "a waiter asked again for a release that was not its turn: {asked:?}"
+    );
 }

@@ -172,6 +172,10 @@ impl EtcdEngine {
             self.txn(queue.remove(&entries[place])).await?;
             return Ok(busy(holder_ttl, None));
         }
+        // A writer waits for the entry just ahead of it; readers and permits for any.
+        let predecessor = (kind == LockKind::Exclusive).then(|| queue.name(&entries[place - 1]));
+        let read_at = joined.header().map_or(0, |header| header.revision());
+        self.watches.wait_behind(&queue.start, predecessor, read_at);
         Ok(busy(holder_ttl, Some(ttl)))
     }
 

@@ -1,9 +1,13 @@
 //! Release notifications from etcd: while a task of this process waits for a lock, one etcd
-//! watch follows the deletions in the lock's queue, and every deletion ahead of a waiter wakes
-//! it to ask again (the waiter whose turn came finds itself first; the others keep their
-//! places). The watch is created before the waiter checks the queue again and is confirmed
-//! by etcd's `created` reply, so a release between "busy" and "watching" cannot be missed; it
-//! is cancelled when the key's last local waiter leaves.
+//! watch follows the deletions in the lock's queue. A waiting writer is woken only by the
+//! deletion of the entry just ahead of it (its predecessor, which its last request read): when
+//! the holder leaves, only the next in line asks, so the lock passes in queue order and a
+//! release costs one request, however many processes wait. (Readers and permits, which wait
+//! for any of several entries, are woken by every deletion.) A deletion that came between the
+//! waiter's read and its telling the watch what it waits for wakes it too, so none is missed.
+//! The watch is created before the waiter checks the queue again and is confirmed by etcd's
+//! `created` reply, so a release between "busy" and "watching" cannot be missed; it is
+//! cancelled when the key's last local waiter leaves.
 //!
 //! Each watch is its own link (see [`Channels`]): when its stream breaks, every waiter of the
 //! key is woken to re-check, and the next one that still has to wait watches again.
@@ -22,10 +26,21 @@ pub(crate) struct Watches {
     response: Duration,
     /// The reader task of each watched queue, by its channel (the queue's start).
     readers: Mutex<HashMap<String, Reader>>,
+    /// What the local waiter of each queue waits for, and the deletions seen lately.
+    interest: Arc<Mutex<HashMap<String, Interest>>>,
     me: Weak<Watches>,
 }
 
 type Reader = tokio::task::AbortHandle;
+
+/// One queue's waiter, as the watch sees it.
+#[derive(Default)]
+struct Interest {
+    /// The entry whose deletion wakes the waiter (`None`: every deletion does).
+    predecessor: Option<String>,
+    /// The revision of the latest deletion the watch delivered.
+    deleted_at: i64,
+}
 
 /// The reader's end, however it ends: the link is lost, so the key's waiters re-check.
 struct LinkEnd {
@@ -46,6 +61,7 @@ impl Watches {
             channels: Arc::new(Channels::needing(1)),
             response,
             readers: Mutex::new(HashMap::new()),
+            interest: Arc::default(),
             me: me.clone(),
         })
     }
@@ -82,6 +98,26 @@ impl Watches {
         Ok(release)
     }
 
+    /// The waiter of queue `start` read the queue at revision `read_at` and waits for
+    /// `predecessor`'s deletion (`None`: for any). A deletion delivered since that read wakes
+    /// it at once: it may be the one it waits for.
+    /// Nothing is recorded for a queue nobody of this process watches yet: its first waiter
+    /// asks again once it watches.
+    pub(crate) fn wait_behind(&self, start: &str, predecessor: Option<String>, read_at: i64) {
+        if !self.channels.is_watched(start) {
+            return;
+        }
+        let missed = {
+            let mut interest = self.interest.lock().unwrap_or_else(|e| e.into_inner());
+            let interest = interest.entry(start.to_owned()).or_default();
+            interest.predecessor = predecessor;
+            interest.deleted_at > read_at
+        };
+        if missed {
+            self.channels.notify(start);
+        }
+    }
+
     /// Opens a watch of `start`'s deletions, waits for etcd to confirm it, and leaves a task
     /// reading its events.
     async fn open(&self, start: &str) -> EngineResult<()> {
@@ -105,9 +141,12 @@ impl Watches {
             channels: self.channels.clone(),
             epoch,
         };
-        let channels = self.channels.clone();
-        let channel = start.to_owned();
-        let task = tokio::spawn(read(stream, channels, channel, end)).abort_handle();
+        let reader = Delivery {
+            channels: self.channels.clone(),
+            interest: self.interest.clone(),
+            channel: start.to_owned(),
+        };
+        let task = tokio::spawn(read(stream, reader, end)).abort_handle();
         let replaced = self
             .readers
             .lock()
@@ -129,6 +168,8 @@ impl Watches {
         if let Some(reader) = reader {
             reader.abort();
         }
+        let mut interest = self.interest.lock().unwrap_or_else(|e| e.into_inner());
+        interest.remove(channel);
     }
 
     /// Ends every watch (the backend shut down).
@@ -146,19 +187,42 @@ impl Watches {
     }
 }
 
-/// Reads a watch's events until its stream ends: each deletion in the queue wakes its waiters.
-async fn read(mut stream: WatchStream, channels: Arc<Channels>, channel: String, end: LinkEnd) {
+/// Where a reader delivers its queue's deletions.
+struct Delivery {
+    channels: Arc<Channels>,
+    interest: Arc<Mutex<HashMap<String, Interest>>>,
+    channel: String,
+}
+
+impl Delivery {
+    /// `key` was deleted at `revision`: wakes the waiter if it waits for that.
+    fn deleted(&self, key: &[u8], revision: i64) {
+        let wakes = {
+            let mut interest = self.interest.lock().unwrap_or_else(|e| e.into_inner());
+            let interest = interest.entry(self.channel.clone()).or_default();
+            interest.deleted_at = interest.deleted_at.max(revision);
+            interest
+                .predecessor
+                .as_ref()
+                .is_none_or(|predecessor| predecessor.as_bytes() == key)
+        };
+        if wakes {
+            self.channels.notify(&self.channel);
+        }
+    }
+}
+
+/// Reads a watch's events until its stream ends: each deletion in the queue is delivered.
+async fn read(mut stream: WatchStream, delivery: Delivery, end: LinkEnd) {
     let _end = end;
     while let Ok(Some(reply)) = stream.message().await {
         if reply.canceled() {
             return;
         }
-        let released = reply
-            .events()
-            .iter()
-            .any(|event| event.event_type() == EventType::Delete);
-        if released {
-            channels.notify(&channel);
+        for event in reply.events() {
+            if let (EventType::Delete, Some(kv)) = (event.event_type(), event.kv()) {
+                delivery.deleted(kv.key(), kv.mod_revision());
+            }
         }
     }
 }

@@ -157,9 +157,14 @@ impl Queue {
             .or_else([self.read_head()])
     }
 
-    /// Deletes the entry created at `revision` if it is still there.
+    /// The key of `entry`.
+    pub(crate) fn name(&self, entry: &Entry) -> String {
+        format!("{}{}", self.start, entry.owner)
+    }
+
+    /// Deletes `entry` if it is still the one read (created at the same revision).
     pub(crate) fn remove(&self, entry: &Entry) -> Txn {
-        let key = format!("{}{}", self.start, entry.owner);
+        let key = self.name(entry);
         Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),
