@@ -12,7 +12,7 @@ use common::sections::{self, Tally};
 use common::worker::{self, Worker};
 use common::PREFIX;
 use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason};
-use distlock_test_support::{EtcdCluster, RedisServer};
+use distlock_test_support::{EtcdCluster, FaultProxy, RedisServer};
 use std::time::{Duration, Instant};
 
 const PROCESSES: usize = 3;
@@ -298,4 +298,44 @@ async fn waiters_are_woken_one_at_a_time_in_queue_order() {
         asked.iter().all(|&busy| busy == 2),
         "a waiter asked again for a release that was not its turn: {asked:?}"
     );
+}
+
+/// One member cut off from the client (its connection through the fault proxy blackholed:
+/// requests sent there are never answered): locks go on through the other members, each call
+/// within its wait budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_from_the_client_does_not_stop_locks() {
+    let cluster = EtcdCluster::start(3);
+    let proxy = FaultProxy::start(cluster.client_addr(0)).await;
+    let endpoints = cluster.endpoints();
+    let url = format!("etcd://{},{},{}", proxy.addr(), endpoints[1], endpoints[2]);
+    let backend = backend(&url, Duration::from_secs(5));
+    for i in 0..10 {
+        Lock::new(format!("before-{i}"))
+            .on(&backend)
+            .run(async {})
+            .await
+            .unwrap();
+    }
+    proxy.blackhole(true);
+    let budget = Duration::from_secs(5);
+    let mut slowest = Duration::ZERO;
+    for i in 0..20 {
+        let started = Instant::now();
+        let done = Lock::new(format!("cut-{i}"))
+            .on(&backend)
+            .wait(budget)
+            .run(async {})
+            .await;
+        slowest = slowest.max(started.elapsed());
+        assert!(done.is_ok(), "cycle {i} with a member cut off: {done:?}");
+    }
+    let stats = backend.stats();
+    eprintln!(
+        "ETCD member cut off: 20 lock cycles through the other two members, the slowest \
+         {slowest:?}; {} requests held by the blackholed proxy",
+        proxy.requests_held()
+    );
+    assert!(slowest < budget, "a cycle took {slowest:?}");
+    assert!(stats.acquired >= 30, "{stats:?}");
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 /// Where the backend lives: `redis://…`, `rediss://…`, `unix://…`, `memory://`,
 /// `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]`,
-/// `redis-cluster://[user:password@]host:port[,host:port…]`, or three or more comma-separated
-/// `redis://`/`rediss://` URLs for Redlock over independent masters.
+/// `redis-cluster://[user:password@]host:port[,host:port…]`,
+/// `etcd://[user:password@]host:2379[,host:2379…]` (feature `etcd`), or three or more
+/// comma-separated `redis://`/`rediss://` URLs for Redlock over independent masters.
 pub const ENV_URL: &str = "DISTLOCK_URL";
 /// TTL of watchdog leases, a duration such as `30s` or `1500ms`; at least 100 ms; default 30 s.
 /// See [`BackendBuilder::watchdog_lease`](crate::BackendBuilder::watchdog_lease).

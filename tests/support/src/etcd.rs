@@ -146,6 +146,12 @@ impl EtcdCluster {
         self.members[i].client_port
     }
 
+    /// The client address of member `i`: what a [`FaultProxy`](crate::FaultProxy) in front of
+    /// it forwards to, to cut the member off from a client.
+    pub fn client_addr(&self, i: usize) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.members[i].client_port))
+    }
+
     /// The member that leads now, as the live members agree; waits (up to 20 s) for an
     /// election to settle.
     ///
