@@ -287,3 +287,27 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
         secrets.0.len()
     );
 }
+
+/// etcd counts leases in whole seconds: a 500 ms lease is held longer on the server, and the
+/// backend says so once, with both figures, as a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_lease_held_longer_than_asked_is_warned_of_once() {
+    let captured = capture();
+    let cluster = distlock_test_support::EtcdCluster::start(3);
+    let backend = Backend::builder(cluster.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    for i in 0..3 {
+        Lock::new(format!("short-{i}"))
+            .on(&backend)
+            .lease(Lease::Fixed(Duration::from_millis(500)))
+            .run(async {})
+            .await
+            .unwrap();
+    }
+    let text = String::from_utf8_lossy(&captured.text.lock().unwrap()).into_owned();
+    let warning = "a lease of 500ms is held on the server for up to 1s";
+    assert_eq!(text.matches(warning).count(), 1, "{text}");
+    assert!(text.contains("WARN"), "{text}");
+}

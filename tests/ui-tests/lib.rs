@@ -1,0 +1,2 @@
+//! The trybuild cases of `#[distributed_lock]` live in `ui/` and run from `ui.rs`; this crate
+//! has no code of its own.
