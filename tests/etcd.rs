@@ -104,28 +104,7 @@ fn leader_killed_and_follower_paused_under_load_never_overlap_or_go_back() {
 async fn hold() {
     let backend = backend(&std::env::var("LOCK_URL").unwrap(), HOLDER_LEASE);
     let fenced = FencedStore::open(&std::env::var("RESOURCE_URL").unwrap()).unwrap();
-    Lock::new("held")
-        .on(&backend)
-        .run(async {
-            let token = distlock::fencing_token().unwrap();
-            worker::report("acquired", token);
-            let order = tokio::task::spawn_blocking(worker::read_line)
-                .await
-                .unwrap();
-            assert_eq!(order, "go");
-            let check = match distlock::checkpoint() {
-                Ok(()) => "held".to_owned(),
-                Err(err) => format!("lost {:?}", err.lost_reason()),
-            };
-            worker::report("checkpoint", check);
-            let write = fenced
-                .write("resource", token, b"late write")
-                .await
-                .unwrap();
-            worker::report("write", format!("{write:?}"));
-        })
-        .await
-        .unwrap();
+    worker::hold_then_write_late(&backend, &fenced).await;
 }
 
 /// A holder stopped (SIGSTOP) while its watchdog keeps a 1 s lease: another process takes the

@@ -324,6 +324,12 @@ fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
         outcomes.push((deployment.name(), outcome));
     }
     eprint!("{table}");
+    for (name, outcome) in &outcomes {
+        assert!(
+            outcome.contender_sections > 0,
+            "{name}: the contenders never got the lock, so they could not be granted it twice"
+        );
+    }
     let etcd = &outcomes[2].1;
     assert_eq!(
         etcd.rounds_with_double_grants, 0,

@@ -108,28 +108,7 @@ async fn contend(url: &str) {
 async fn hold(url: &str) {
     let backend = backend(url, Duration::from_millis(500));
     let fenced = FencedStore::open(url).unwrap();
-    Lock::new("held")
-        .on(&backend)
-        .run(async {
-            let token = distlock::fencing_token().unwrap();
-            worker::report("acquired", token);
-            let order = tokio::task::spawn_blocking(worker::read_line)
-                .await
-                .unwrap();
-            assert_eq!(order, "go");
-            let check = match distlock::checkpoint() {
-                Ok(()) => "held".to_owned(),
-                Err(err) => format!("lost {:?}", err.lost_reason()),
-            };
-            worker::report("checkpoint", check);
-            let write = fenced
-                .write("resource", token, b"late write")
-                .await
-                .unwrap();
-            worker::report("write", format!("{write:?}"));
-        })
-        .await
-        .unwrap();
+    worker::hold_then_write_late(&backend, &fenced).await;
 }
 
 /// Takes the worker's lock: succeeds once the stopped or killed holder's lease runs out.

@@ -7,13 +7,12 @@
 mod common;
 
 use common::cell::read_cell;
-use common::sections::{tokens, tokens_len, wait_for_tokens};
+use common::sections::{self, tokens, tokens_len, wait_for_tokens, Tally};
 use common::worker::{self, Worker};
 use common::PREFIX;
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason};
+use distlock::{Backend, Lock, LockError, LostReason};
 use distlock_test_support::{RedisServer, Reply, SentinelGroup, ServerConfig};
 use futures_util::StreamExt;
-use redis::AsyncCommands;
 use std::time::{Duration, Instant};
 
 /// How long a primary may be silent before a sentinel thinks it down.
@@ -33,7 +32,7 @@ fn worker_entry() {
     let runtime = worker::runtime();
     runtime.block_on(async move {
         match role.as_str() {
-            "sections" => sections().await,
+            "sections" => sections::run().await,
             other => panic!("unknown worker role {other}"),
         }
     });
@@ -49,128 +48,6 @@ fn sentinel_backend(url: &str, watchdog: Duration) -> Backend {
         .unwrap()
 }
 
-/// What one worker counted.
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    sections: u64,
-    after_kill: u64,
-    overlaps: u64,
-    rejected: u64,
-    errors: u64,
-    unreplicated: u64,
-}
-
-/// Loops fenced critical sections on one key until the parent says `stop`; after the parent's
-/// `killed`, reports `resumed` at its first section.
-async fn sections() {
-    let url = std::env::var("SENTINEL_URL").unwrap();
-    let resource_url = std::env::var("RESOURCE_URL").unwrap();
-    let backend = sentinel_backend(&url, SECTION_LEASE);
-    let fenced = std::sync::Arc::new(FencedStore::open(&resource_url).unwrap());
-    let resource = redis::Client::open(resource_url.as_str()).unwrap();
-    let me: usize = std::env::var("WORKER_INDEX").unwrap().parse().unwrap();
-    Lock::new(format!("warm-up-{me}"))
-        .on(&backend)
-        .run(async {})
-        .await
-        .unwrap();
-    worker::ready_then_go().await;
-    // The parent's orders: `killed`, then `stop`.
-    let (orders_tx, orders) = tokio::sync::watch::channel(String::new());
-    tokio::task::spawn_blocking(move || loop {
-        let line = worker::read_line();
-        // A closed stdin (the parent gone) stops the worker too.
-        let stop = line == "stop" || line.is_empty();
-        let _ = orders_tx.send(if stop { "stop".to_owned() } else { line });
-        if stop {
-            return;
-        }
-    });
-    let mut tasks = Vec::new();
-    for _ in 0..TASKS {
-        let backend = backend.clone();
-        let fenced = fenced.clone();
-        let orders = orders.clone();
-        let mut redis = resource.get_multiplexed_async_connection().await.unwrap();
-        tasks.push(tokio::spawn(async move {
-            let mut tally = Tally::default();
-            loop {
-                let order = orders.borrow().clone();
-                if order == "stop" {
-                    return tally;
-                }
-                let killed = order == "killed";
-                let outcome = Lock::new("counter")
-                    .on(&backend)
-                    .wait(Duration::from_secs(30))
-                    .run(async {
-                        let inside: i64 = redis.incr("inside", 1).await.unwrap();
-                        let overlap = inside != 1;
-                        let token = distlock::fencing_token().unwrap();
-                        let _: i64 = redis.rpush("tokens", token).await.unwrap();
-                        // Some work while holding the lock, so that the kill most likely lands
-                        // while a section holds it (and its release fails).
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                        let written = fenced
-                            .write("fenced", token, token.to_string().as_bytes())
-                            .await
-                            .unwrap();
-                        let _: i64 = redis.decr("inside", 1).await.unwrap();
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .unwrap()
-                            .as_micros() as u64;
-                        let _: i64 = redis.rpush("ended_at_us", now).await.unwrap();
-                        (overlap, written != FencedWrite::Applied)
-                    })
-                    .await;
-                match outcome {
-                    Ok((overlap, rejected)) => {
-                        tally.sections += 1;
-                        tally.overlaps += u64::from(overlap);
-                        tally.rejected += u64::from(rejected);
-                        if killed {
-                            if tally.after_kill == 0 {
-                                worker::report("resumed", me);
-                            }
-                            tally.after_kill += 1;
-                        }
-                    }
-                    // Already waited `replica_timeout`: tried again at once.
-                    Err(LockError::ReplicasNotAcknowledged { .. }) => tally.unreplicated += 1,
-                    // The lock retried failures with backoff for its whole wait budget.
-                    Err(err) => {
-                        tally.errors += 1;
-                        eprintln!("worker {me}: {err}");
-                    }
-                }
-            }
-        }));
-    }
-    let mut total = Tally::default();
-    for task in tasks {
-        let tally = task.await.unwrap();
-        total.sections += tally.sections;
-        total.after_kill += tally.after_kill;
-        total.overlaps += tally.overlaps;
-        total.rejected += tally.rejected;
-        total.errors += tally.errors;
-        total.unreplicated += tally.unreplicated;
-    }
-    worker::report(
-        "done",
-        format!(
-            "{} {} {} {} {} {}",
-            total.sections,
-            total.after_kill,
-            total.overlaps,
-            total.rejected,
-            total.errors,
-            total.unreplicated
-        ),
-    );
-}
-
 /// Failover under load: 3 processes × 4 tasks loop fenced sections through the sentinels; the
 /// primary is SIGKILLed. Sections resume on the promoted replica, with 0 overlaps and 0 token
 /// regressions, and no worker dies. (Two replicas: with `min_replicas = 1`, the promoted one
@@ -181,15 +58,10 @@ fn failover_under_load_resumes_without_overlap_or_token_regression() {
     let resource = RedisServer::start();
     let mut workers: Vec<Worker> = (0..PROCESSES)
         .map(|index| {
-            Worker::spawn(
-                "worker_entry",
-                "sections",
-                &[
-                    ("SENTINEL_URL", group.sentinel_url()),
-                    ("RESOURCE_URL", resource.url()),
-                    ("WORKER_INDEX", index.to_string()),
-                ],
-            )
+            let mut env = sections::worker_env(&group.sentinel_url(), &resource, index);
+            env.push(("MIN_REPLICAS", "1".to_owned()));
+            env.push(("LEASE_MS", SECTION_LEASE.as_millis().to_string()));
+            Worker::spawn("worker_entry", "sections", &env)
         })
         .collect();
     worker::start_together(&mut workers);
@@ -208,21 +80,7 @@ fn failover_under_load_resumes_without_overlap_or_token_regression() {
     }
     // Sections on the new primary for a while, then stop.
     wait_for_tokens(&resource, tokens_len(&resource) + 200);
-    for worker in &mut workers {
-        worker.send("stop");
-    }
-    let mut total = Tally::default();
-    for worker in &mut workers {
-        let done = worker.expect("done", Duration::from_secs(60));
-        let n: Vec<u64> = done.split(' ').map(|n| n.parse().unwrap()).collect();
-        total.sections += n[0];
-        total.after_kill += n[1];
-        total.overlaps += n[2];
-        total.rejected += n[3];
-        total.errors += n[4];
-        total.unreplicated += n[5];
-        assert!(worker.wait().success(), "a worker died");
-    }
+    let total = Tally::collect(&mut workers);
     let tokens = tokens(&resource);
     // The failover as callers saw it: the longest pause between two sections.
     let Reply::Array(Some(ends)) = resource.command(&["LRANGE", "ended_at_us", "0", "-1"]) else {

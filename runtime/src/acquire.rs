@@ -403,7 +403,9 @@ impl Request<'_> {
         // A waiting writer renews its intent (new readers queue behind it) at each
         // try: it tries again before the intent lapses, whatever `max_backoff` says.
         match self.terms.kind {
-            LockKind::Exclusive => delay.min(WRITER_RETRY),
+            LockKind::Exclusive if self.backend.inner.engine.writer_intent_lapses() => {
+                delay.min(WRITER_RETRY)
+            }
             _ => delay,
         }
     }

@@ -296,6 +296,14 @@ pub(crate) trait Engine: Send + Sync + 'static {
         0
     }
 
+    /// Whether a waiting writer's claim on the key — what holds new readers back — lapses
+    /// unless the writer asks again within `WRITER_INTENT` (the Redis scripts' intent), so
+    /// that a waiting writer must ask at least every `WRITER_RETRY`. `false` where the claim
+    /// lasts as long as the writer's place in the queue (etcd).
+    fn writer_intent_lapses(&self) -> bool {
+        true
+    }
+
     /// `true` when every future of this engine is ready at its first poll (the in-process
     /// map): a release can then run right where a guard is dropped, with no task and no runtime.
     fn answers_at_once(&self) -> bool {

@@ -6,6 +6,8 @@
 //! A worker reads its settings from the environment (`LOCK_URL`, `RESOURCE_URL`,
 //! `WORKER_INDEX`, `LEASE_MS`, and `MIN_REPLICAS` for Sentinel), reports `ready`, runs its
 //! sections from the parent's `go` until its `stop`, and reports `done` with its [`Tally`].
+//! After the parent's `killed` (it killed a server), the first section that completes reports
+//! `resumed`. Each section records its token (`tokens`) and when it ended (`ended_at_us`).
 
 use super::worker;
 use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError};
@@ -29,6 +31,8 @@ pub struct Tally {
     pub errors: u64,
     /// Grants the engine gave back because too few replicas acknowledged them.
     pub unreplicated: u64,
+    /// Sections completed after the parent's `killed`.
+    pub after_kill: u64,
 }
 
 impl Tally {
@@ -43,12 +47,18 @@ impl Tally {
         self.rejected += other.rejected;
         self.errors += other.errors;
         self.unreplicated += other.unreplicated;
+        self.after_kill += other.after_kill;
     }
 
     fn line(&self) -> String {
         format!(
-            "{} {} {} {} {}",
-            self.sections, self.overlaps, self.rejected, self.errors, self.unreplicated
+            "{} {} {} {} {} {}",
+            self.sections,
+            self.overlaps,
+            self.rejected,
+            self.errors,
+            self.unreplicated,
+            self.after_kill
         )
     }
 
@@ -61,6 +71,7 @@ impl Tally {
             rejected: n[2],
             errors: n[3],
             unreplicated: n[4],
+            after_kill: n[5],
         }
     }
 
@@ -122,17 +133,30 @@ pub async fn run() {
         .await
         .unwrap();
     worker::ready_then_go().await;
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    tokio::task::spawn_blocking(move || {
-        // `stop`, or a closed stdin (the parent gone).
-        let _ = worker::read_line();
-        let _ = stop_tx.send(true);
+    let (orders_tx, orders) = tokio::sync::watch::channel(Order::Run);
+    tokio::task::spawn_blocking(move || loop {
+        // `killed`, then `stop` — or a closed stdin (the parent gone).
+        let order = match worker::read_line().as_str() {
+            "killed" => Order::Killed,
+            _ => Order::Stop,
+        };
+        let _ = orders_tx.send(order);
+        if order == Order::Stop {
+            return;
+        }
     });
+    let resumed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
-        let (backend, fenced, stop) = (backend.clone(), fenced.clone(), stop.clone());
-        let redis = resource.get_multiplexed_async_connection().await.unwrap();
-        tasks.push(tokio::spawn(sections(backend, fenced, redis, stop, me)));
+        let task = Task {
+            backend: backend.clone(),
+            fenced: fenced.clone(),
+            redis: resource.get_multiplexed_async_connection().await.unwrap(),
+            orders: orders.clone(),
+            resumed: resumed.clone(),
+            me,
+        };
+        tasks.push(tokio::spawn(task.sections()));
     }
     let mut total = Tally::default();
     for task in tasks {
@@ -141,49 +165,90 @@ pub async fn run() {
     worker::report("done", total.line());
 }
 
-/// One task's sections until `stop`.
-async fn sections(
+/// The parent's orders, in the order they come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Run,
+    Killed,
+    Stop,
+}
+
+/// One task of a worker.
+struct Task {
     backend: Backend,
     fenced: std::sync::Arc<FencedStore>,
-    mut redis: redis::aio::MultiplexedConnection,
-    stop: tokio::sync::watch::Receiver<bool>,
+    redis: redis::aio::MultiplexedConnection,
+    orders: tokio::sync::watch::Receiver<Order>,
+    /// Set by the worker's first section after `killed`, which reports `resumed`.
+    resumed: std::sync::Arc<std::sync::atomic::AtomicBool>,
     me: usize,
-) -> Tally {
-    let mut tally = Tally::default();
-    while !*stop.borrow() {
-        let outcome = Lock::new("counter")
-            .on(&backend)
+}
+
+impl Task {
+    /// Sections until `stop`.
+    async fn sections(mut self) -> Tally {
+        let mut tally = Tally::default();
+        loop {
+            let order = *self.orders.borrow();
+            if order == Order::Stop {
+                return tally;
+            }
+            match self.section().await {
+                Ok((overlap, rejected)) => {
+                    tally.sections += 1;
+                    tally.overlaps += u64::from(overlap);
+                    tally.rejected += u64::from(rejected);
+                    if order == Order::Killed {
+                        tally.after_kill += 1;
+                        if !self.resumed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                            worker::report("resumed", self.me);
+                        }
+                    }
+                }
+                // Already waited `replica_timeout`: tried again at once.
+                Err(LockError::ReplicasNotAcknowledged { .. }) => tally.unreplicated += 1,
+                // The lock retried failures with backoff for its whole wait budget.
+                Err(err) => {
+                    tally.errors += 1;
+                    eprintln!("worker {}: {err}", self.me);
+                }
+            }
+        }
+    }
+
+    /// One fenced section on `counter`: whether another was inside, and whether the fence
+    /// rejected its write.
+    async fn section(&mut self) -> Result<(bool, bool), LockError> {
+        let Task {
+            backend,
+            fenced,
+            redis,
+            ..
+        } = self;
+        Lock::new("counter")
+            .on(backend)
             .wait(Duration::from_secs(30))
             .run(async {
                 let inside: i64 = redis.incr("inside", 1).await.unwrap();
                 let token = distlock::fencing_token().unwrap();
                 let _: i64 = redis.rpush("tokens", token).await.unwrap();
                 // Some work while holding the lock, so that a fault most likely lands while a
-                // section holds it.
+                // section holds it (and its release fails).
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 let written = fenced
                     .write("fenced", token, token.to_string().as_bytes())
                     .await
                     .unwrap();
                 let _: i64 = redis.decr("inside", 1).await.unwrap();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_micros() as u64;
+                let _: i64 = redis.rpush("ended_at_us", now).await.unwrap();
                 (inside != 1, written != FencedWrite::Applied)
             })
-            .await;
-        match outcome {
-            Ok((overlap, rejected)) => {
-                tally.sections += 1;
-                tally.overlaps += u64::from(overlap);
-                tally.rejected += u64::from(rejected);
-            }
-            // Already waited `replica_timeout`: tried again at once.
-            Err(LockError::ReplicasNotAcknowledged { .. }) => tally.unreplicated += 1,
-            Err(err) => {
-                tally.errors += 1;
-                eprintln!("worker {me}: {err}");
-            }
-        }
+            .await
     }
-    tally
 }
 
 /// The tokens of every section so far, in the order they were recorded.

@@ -149,3 +149,30 @@ impl Drop for Worker {
         }
     }
 }
+
+/// The paused-holder worker: takes the lock `held` on `backend`, reports `acquired` with its
+/// token and waits for the parent's `go` (the parent stops and continues it meanwhile); then
+/// reports what its checkpoint says (`held`, or `lost <reason>`) and what `fenced` made of its
+/// late write of `resource`.
+pub async fn hold_then_write_late(backend: &distlock::Backend, fenced: &distlock::FencedStore) {
+    distlock::Lock::new("held")
+        .on(backend)
+        .run(async {
+            let token = distlock::fencing_token().unwrap();
+            report("acquired", token);
+            let order = tokio::task::spawn_blocking(read_line).await.unwrap();
+            assert_eq!(order, "go");
+            let check = match distlock::checkpoint() {
+                Ok(()) => "held".to_owned(),
+                Err(err) => format!("lost {:?}", err.lost_reason()),
+            };
+            report("checkpoint", check);
+            let write = fenced
+                .write("resource", token, b"late write")
+                .await
+                .unwrap();
+            report("write", format!("{write:?}"));
+        })
+        .await
+        .unwrap();
+}

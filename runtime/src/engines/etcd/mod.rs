@@ -293,6 +293,11 @@ impl Engine for EtcdEngine {
         self.watches.watched()
     }
 
+    /// A waiting writer's entry holds new readers back for as long as it is in the queue.
+    fn writer_intent_lapses(&self) -> bool {
+        false
+    }
+
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<crate::doctor::Finding>>> {
         Box::pin(self.diagnose())
     }

@@ -3,8 +3,9 @@
 //! deletion of the entry just ahead of it (its predecessor, which its last request read): when
 //! the holder leaves, only the next in line asks, so the lock passes in queue order and a
 //! release costs one request, however many processes wait. (Readers and permits, which wait
-//! for any of several entries, are woken by every deletion.) A deletion that came between the
-//! waiter's read and its telling the watch what it waits for wakes it too, so none is missed.
+//! for any of several entries, are woken by every deletion.) The watch remembers the latest
+//! deletions, so that the predecessor's deletion coming between the waiter's read and its
+//! telling the watch what it waits for wakes it too, and none is missed.
 //! The watch is created before the waiter checks the queue again and is confirmed by etcd's
 //! `created` reply, so a release between "busy" and "watching" cannot be missed; it is
 //! cancelled when the key's last local waiter leaves.
@@ -33,13 +34,72 @@ pub(crate) struct Watches {
 
 type Reader = tokio::task::AbortHandle;
 
-/// One queue's waiter, as the watch sees it.
+/// What wakes a queue's local waiters.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+enum WokenBy {
+    /// Nothing yet: the waiter has not asked since it watches, and the request it makes next
+    /// reads the queue (deletions meanwhile are remembered, for what it says then).
+    #[default]
+    Untold,
+    /// The deletion of this entry (a writer's predecessor).
+    Entry(String),
+    /// Any deletion (a reader or a permit waits here: it stays so until the queue is idle).
+    Any,
+}
+
+impl WokenBy {
+    fn by(&self, key: &[u8]) -> bool {
+        match self {
+            WokenBy::Untold => false,
+            WokenBy::Entry(predecessor) => predecessor.as_bytes() == key,
+            WokenBy::Any => true,
+        }
+    }
+}
+
+/// One queue's waiters, as the watch sees them.
 #[derive(Default)]
 struct Interest {
-    /// The entry whose deletion wakes the waiter (`None`: every deletion does).
-    predecessor: Option<String>,
-    /// The revision of the latest deletion the watch delivered.
-    deleted_at: i64,
+    woken_by: WokenBy,
+    /// The latest deletions the watch delivered, oldest first, with their revisions.
+    recent: std::collections::VecDeque<(Vec<u8>, i64)>,
+    /// The revision of the newest deletion dropped from `recent` (0: none).
+    forgotten: i64,
+}
+
+/// Deletions each queue's watch remembers for a waiter that has not said yet what it waits for.
+const REMEMBERED: usize = 32;
+
+impl Interest {
+    /// Whether a deletion delivered after revision `read_at` is one this waiter waits for
+    /// (or may be: one forgotten since).
+    fn missed(&self, read_at: i64) -> bool {
+        self.forgotten > read_at
+            || self
+                .recent
+                .iter()
+                .any(|(key, revision)| *revision > read_at && self.woken_by.by(key))
+    }
+
+    /// A waiter read the queue and waits for `predecessor`'s deletion (`None`: for any). A
+    /// queue where a reader or a permit waits stays woken by any deletion.
+    fn tell(&mut self, predecessor: Option<String>) {
+        self.woken_by = match (&self.woken_by, predecessor) {
+            (WokenBy::Any, _) | (_, None) => WokenBy::Any,
+            (_, Some(entry)) => WokenBy::Entry(entry),
+        };
+    }
+
+    /// Remembers a deletion; `true` when the waiter waits for it.
+    fn deleted(&mut self, key: &[u8], revision: i64) -> bool {
+        if self.recent.len() == REMEMBERED {
+            if let Some((_, dropped)) = self.recent.pop_front() {
+                self.forgotten = self.forgotten.max(dropped);
+            }
+        }
+        self.recent.push_back((key.to_vec(), revision));
+        self.woken_by.by(key)
+    }
 }
 
 /// The reader's end, however it ends: the link is lost, so the key's waiters re-check.
@@ -110,8 +170,8 @@ impl Watches {
         let missed = {
             let mut interest = self.interest.lock().unwrap_or_else(|e| e.into_inner());
             let interest = interest.entry(start.to_owned()).or_default();
-            interest.predecessor = predecessor;
-            interest.deleted_at > read_at
+            interest.tell(predecessor);
+            interest.missed(read_at)
         };
         if missed {
             self.channels.notify(start);
@@ -200,11 +260,7 @@ impl Delivery {
         let wakes = {
             let mut interest = self.interest.lock().unwrap_or_else(|e| e.into_inner());
             let interest = interest.entry(self.channel.clone()).or_default();
-            interest.deleted_at = interest.deleted_at.max(revision);
-            interest
-                .predecessor
-                .as_ref()
-                .is_none_or(|predecessor| predecessor.as_bytes() == key)
+            interest.deleted(key, revision)
         };
         if wakes {
             self.channels.notify(&self.channel);
@@ -224,5 +280,43 @@ async fn read(mut stream: WatchStream, delivery: Delivery, end: LinkEnd) {
                 delivery.deleted(kv.key(), kv.mod_revision());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_is_woken_by_its_predecessor_even_when_told_late() {
+        let mut interest = Interest::default();
+        // Deletions delivered before the waiter said what it waits for wake nobody: its next
+        // request reads the queue.
+        assert!(!interest.deleted(b"q/a", 10));
+        interest.deleted(b"q/b", 12);
+        interest.tell(Some("q/b".into()));
+        assert!(interest.missed(11), "b was deleted after the waiter's read");
+        assert!(!interest.missed(12), "b's deletion was in the read already");
+        interest.tell(Some("q/c".into()));
+        assert!(!interest.missed(5), "only others were deleted");
+        assert!(!interest.deleted(b"q/d", 13));
+        assert!(interest.deleted(b"q/c", 14));
+        for revision in 20..20 + REMEMBERED as i64 {
+            interest.deleted(b"q/x", revision);
+        }
+        assert!(
+            interest.missed(13),
+            "a forgotten deletion may have been the one"
+        );
+        assert!(!interest.missed(20 + REMEMBERED as i64));
+    }
+
+    #[test]
+    fn a_reader_waiting_makes_every_deletion_wake() {
+        let mut interest = Interest::default();
+        interest.tell(Some("q/a".into()));
+        interest.tell(None);
+        interest.tell(Some("q/b".into()));
+        assert!(interest.deleted(b"q/z", 1), "a reader still waits here");
     }
 }
