@@ -65,6 +65,27 @@ pub(crate) fn process_cpu() -> Duration {
     time(usage.ru_utime) + time(usage.ru_stime)
 }
 
+/// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`; zero where it
+/// cannot be read.
+pub(crate) fn cpu_of(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // The fields after the command name (which may hold spaces, inside parentheses): utime and
+    // stime are the 14th and 15th fields of the line, the 12th and 13th after `)`.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |at: usize| {
+        fields
+            .get(at)
+            .and_then(|t| t.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros((ticks(11) + ticks(12)) * 1_000_000 / per_second)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -691,6 +691,8 @@ impl Report {
                 ("p50 us", "p50_us"),
                 ("p99 us", "p99_us"),
                 ("x etcd-lock", "ratio_to_etcd_lock"),
+                ("client CPU us/cycle", "client_cpu_us_per_cycle"),
+                ("etcd CPU us/cycle", "etcd_cpu_us_per_cycle"),
             ],
         );
         self.section(

@@ -1,10 +1,13 @@
 //! Workload 8: etcd — distlock's etcd engine beside etcd's own lock service (`Lock`/`Unlock`
 //! through etcd-client, each lock bound to a session lease), on the same 3-member cluster, in
 //! one run: a sequential cycle of distinct keys, and one key contended by several tasks (rate,
-//! fairness, worst wait). Ratios are to etcd's lock service in the same repetition.
+//! fairness, worst wait). Ratios are to etcd's lock service in the same repetition. The
+//! sequential phase also records what a cycle costs in CPU, in this process and in the three
+//! members together (`/proc`): on one shared CPU, that is what bounds the rate.
 
 use super::Outcome;
 use crate::clients::{Client, LibId};
+use crate::measure::{cpu_of, process_cpu};
 use crate::workloads::contended::{analyze, contend};
 use crate::workloads::redlock::cycles;
 use distlock_test_support::EtcdCluster;
@@ -35,7 +38,25 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        sequential.push((lib, cycles(&client, duration, &tag).await));
+        let members = cluster.pids();
+        let cpu_of_members = || members.iter().map(|&pid| cpu_of(pid)).sum::<Duration>();
+        let (client_before, members_before) = (process_cpu(), cpu_of_members());
+        let mut outcome = cycles(&client, duration, &tag).await;
+        let client_cpu = process_cpu().saturating_sub(client_before);
+        let members_cpu = cpu_of_members().saturating_sub(members_before);
+        if let Ok(result) = &mut outcome {
+            let cycles = result.get("cycles").and_then(Value::as_f64).unwrap_or(1.0);
+            let per_cycle = |cpu: Duration| cpu.as_secs_f64() * 1e6 / cycles.max(1.0);
+            result.insert(
+                "client_cpu_us_per_cycle".into(),
+                per_cycle(client_cpu).into(),
+            );
+            result.insert(
+                "etcd_cpu_us_per_cycle".into(),
+                per_cycle(members_cpu).into(),
+            );
+        }
+        sequential.push((lib, outcome));
         let outcome = contend(
             &client,
             &format!("busy:{tag}"),
