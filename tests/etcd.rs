@@ -129,22 +129,7 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
 
     let runtime = worker::runtime();
     let taker = backend(&cluster.url(), Duration::from_secs(5));
-    let (guard, taken_at) = runtime.block_on(async {
-        let guard = Lock::new("held")
-            .on(&taker)
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        let taken_at = Instant::now();
-        let fenced = FencedStore::open(&resource.url()).unwrap();
-        let written = fenced
-            .write("resource", guard.fencing_token(), b"new holder")
-            .await
-            .unwrap();
-        assert_eq!(written, FencedWrite::Applied);
-        (guard, taken_at)
-    });
+    let (guard, taken_at) = runtime.block_on(worker::take_over_and_write(&taker, &resource.url()));
     let fresh = guard.fencing_token();
     holder.signal(libc::SIGCONT);
     holder.send("go");

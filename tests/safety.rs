@@ -272,17 +272,7 @@ fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
 
     let runtime = worker::runtime();
     let backend = backend(&server.url(), Duration::from_secs(5));
-    let (guard, taken_at) = runtime.block_on(async {
-        let guard = take_over(&backend).await;
-        let taken_at = Instant::now();
-        let fenced = FencedStore::open(&server.url()).unwrap();
-        let written = fenced
-            .write("resource", guard.fencing_token(), b"new holder")
-            .await
-            .unwrap();
-        assert_eq!(written, FencedWrite::Applied);
-        (guard, taken_at)
-    });
+    let (guard, taken_at) = runtime.block_on(worker::take_over_and_write(&backend, &server.url()));
     let fresh_token = guard.fencing_token();
     assert!(fresh_token > stale_token);
 

@@ -176,3 +176,27 @@ pub async fn hold_then_write_late(backend: &distlock::Backend, fenced: &distlock
         .await
         .unwrap();
 }
+
+/// The other side of [`hold_then_write_late`]: takes `held` on `backend` once the stopped
+/// holder's lease has run out (waiting up to 10 s), and writes `resource` through the fence at
+/// `resource_url` with its token, which must be applied. Returns the guard and when it was
+/// granted.
+pub async fn take_over_and_write(
+    backend: &distlock::Backend,
+    resource_url: &str,
+) -> (distlock::LockGuard, Instant) {
+    let guard = distlock::Lock::new("held")
+        .on(backend)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let taken_at = Instant::now();
+    let fenced = distlock::FencedStore::open(resource_url).unwrap();
+    let written = fenced
+        .write("resource", guard.fencing_token(), b"new holder")
+        .await
+        .unwrap();
+    assert_eq!(written, distlock::FencedWrite::Applied);
+    (guard, taken_at)
+}
