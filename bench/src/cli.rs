@@ -36,6 +36,11 @@ WORKLOADS:
     replicated   a primary with one replica of their own: distlock with min_replicas(1) (every
                  grant acknowledged by the replica, WAIT in the same round trip) beside itself
                  without and the peers (which do not wait): cycles/s, p50, the price of WAIT
+    open         open loop: Poisson arrivals at 25, 50, 75 and 90 % of rslock's closed-loop
+                 capacity with --tasks tasks (measured in the same run), each request acquire +
+                 GET + release, on uniform keys (100,000) and Zipf keys (s = 1.1, 1,000):
+                 achieved rate, latency from the scheduled arrival (p50/p99/p99.9), timeouts
+                 (1 s), overlapping holds
     etcd         a 3-member etcd cluster of its own: distlock's etcd engine beside etcd's own lock
                  service (Lock/Unlock through etcd-client, on a session lease), sequential and
                  --contenders tasks on one key: cycles/s, critical sections/s, fairness, worst wait
@@ -86,10 +91,11 @@ pub(crate) enum Workload {
     Redlock,
     Replicated,
     Etcd,
+    OpenLoop,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 8] = [
+    pub(crate) const ALL: [Workload; 9] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -98,6 +104,7 @@ impl Workload {
         Workload::Redlock,
         Workload::Replicated,
         Workload::Etcd,
+        Workload::OpenLoop,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -110,6 +117,7 @@ impl Workload {
             Workload::Redlock => "redlock",
             Workload::Replicated => "replicated",
             Workload::Etcd => "etcd",
+            Workload::OpenLoop => "open",
         }
     }
 }

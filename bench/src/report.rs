@@ -713,6 +713,28 @@ impl Report {
             ],
         );
 
+        for (keys, percent, section) in crate::run::OPEN_LOOP {
+            self.section(
+                &mut out,
+                section,
+                &format!(
+                    "9. Open loop, {} keys, offered {percent} % of rslock's closed-loop capacity \
+                     ({} tasks): latency from the scheduled arrival",
+                    keys.name(),
+                    config.tasks
+                ),
+                &[
+                    ("offered/s", "offered_per_s"),
+                    ("achieved/s", "achieved_per_s"),
+                    ("p50 us", "p50_us"),
+                    ("p99 us", "p99_us"),
+                    ("p99.9 us", "p999_us"),
+                    ("timeouts", "timeouts"),
+                    ("violations", "violations"),
+                ],
+            );
+        }
+
         let _ = writeln!(out, "\nTargets (distlock, medians)");
         for t in &self.targets {
             let mark = match t.met {

@@ -5,7 +5,9 @@ use crate::calibrate::{calibrate, Origins, Shape};
 use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
-use crate::workloads::{attribute, contended, etcd, held, redlock, replicated, uncontended};
+use crate::workloads::{
+    attribute, contended, etcd, held, open_loop, redlock, replicated, uncontended,
+};
 use distlock_test_support::{EtcdCluster, RedisServer, ServerConfig};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -15,7 +17,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 13] = [
+pub(crate) const SECTIONS: [&str; 21] = [
     "sequential",
     "parallel",
     "contended",
@@ -29,6 +31,27 @@ pub(crate) const SECTIONS: [&str; 13] = [
     "replicated",
     "etcd_sequential",
     "etcd_contended",
+    "open_uniform_25",
+    "open_uniform_50",
+    "open_uniform_75",
+    "open_uniform_90",
+    "open_zipf_25",
+    "open_zipf_50",
+    "open_zipf_75",
+    "open_zipf_90",
+];
+
+/// The open-loop sections: key choice, offered rate in percent of rslock's closed-loop parallel
+/// capacity, and the section's name.
+pub(crate) const OPEN_LOOP: [(open_loop::Keys, u32, &str); 8] = [
+    (open_loop::Keys::Uniform, 25, "open_uniform_25"),
+    (open_loop::Keys::Uniform, 50, "open_uniform_50"),
+    (open_loop::Keys::Uniform, 75, "open_uniform_75"),
+    (open_loop::Keys::Uniform, 90, "open_uniform_90"),
+    (open_loop::Keys::Zipf, 25, "open_zipf_25"),
+    (open_loop::Keys::Zipf, 50, "open_zipf_50"),
+    (open_loop::Keys::Zipf, 75, "open_zipf_75"),
+    (open_loop::Keys::Zipf, 90, "open_zipf_90"),
 ];
 
 /// The contended workload spread over more processes, 12 tasks in all each: section, processes,
@@ -194,6 +217,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     )
                     .await
                 }
+                Workload::OpenLoop => open_loop_sections(config, &server, &subjects, rep).await,
                 Workload::Etcd => {
                     if etcd_cluster.is_none() {
                         let cluster = EtcdCluster::start(3);
@@ -246,6 +270,71 @@ impl Measured {
     fn push(&mut self, section: &'static str, rows: Vec<(LibId, Outcome)>) {
         self.samples.entry(section).or_default().push(rows);
     }
+}
+
+/// The open loop: rslock's closed-loop capacity with `config.tasks` tasks is measured first;
+/// then every library serves the same Poisson schedules at 25, 50, 75 and 90 % of it, on
+/// uniform and on Zipf keys.
+async fn open_loop_sections(
+    config: &Config,
+    server: &RedisServer,
+    subjects: &[Subject],
+    rep: usize,
+) -> Vec<(&'static str, Vec<(LibId, Outcome)>)> {
+    let rslock = subjects.iter().find(|s| s.client.lib == LibId::Rslock);
+    let capacity = match rslock {
+        Some(subject) => {
+            let tag = format!("open-capacity:{rep}");
+            let length = config.duration.min(Duration::from_secs(1));
+            uncontended::run(
+                server,
+                &subject.client,
+                &subject.uncontended,
+                config.tasks,
+                length,
+                &tag,
+            )
+            .await
+            .ok()
+            .and_then(|result| result.get("cycles_per_s").and_then(Value::as_f64))
+        }
+        None => None,
+    };
+    // The data server each request reads one key from (the run's server, as the contended
+    // workloads do).
+    let data = match redis::Client::open(server.url()) {
+        Ok(client) => client.get_multiplexed_async_connection().await.ok(),
+        Err(_) => None,
+    };
+    let mut sections = Vec::new();
+    for (keys, percent, section) in OPEN_LOOP {
+        let mut rows = Vec::new();
+        for subject in subjects {
+            let lib = subject.client.lib;
+            let outcome = match (capacity, &data) {
+                (None, _) => Err("needs rslock's capacity, measured in the same run".to_owned()),
+                (_, None) => Err("no connection to the data server".to_owned()),
+                _ if subject.client.is_blocking() => {
+                    Err("a blocking API: its calls would stall the open loop's runtime".to_owned())
+                }
+                (Some(capacity), Some(data)) => {
+                    let rate = capacity * f64::from(percent) / 100.0;
+                    let seed = (rep as u64) << 32 | u64::from(percent) << 8 | keys as u64;
+                    let requests = open_loop::schedule(rate, config.duration, keys, seed);
+                    let tag = format!("{section}:{rep}:{}", lib.name());
+                    open_loop::run(&subject.client, data, &requests, &tag)
+                        .await
+                        .map(|mut result| {
+                            result.insert("offered_per_s".into(), rate.into());
+                            result
+                        })
+                }
+            };
+            rows.push((lib, outcome));
+        }
+        sections.push((section, rows));
+    }
+    sections
 }
 
 /// Workloads 1 and 2 in `config.slices` slices: the libraries take turns slice by slice, and

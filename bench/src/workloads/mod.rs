@@ -4,6 +4,7 @@ pub(crate) mod attribute;
 pub(crate) mod contended;
 pub(crate) mod etcd;
 pub(crate) mod held;
+pub(crate) mod open_loop;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod uncontended;
