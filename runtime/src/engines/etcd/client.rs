@@ -28,6 +28,9 @@ impl Connection {
     }
 
     /// The client, connected on first use.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a connection dropped half-made is made again by the next call.
     pub(crate) async fn client(&self) -> EngineResult<Client> {
         let client = self
             .client
@@ -54,6 +57,10 @@ impl Connection {
 
     /// Runs one request, bounded by the response timeout; a request that timed out or broke
     /// may have been applied (ambiguous).
+    ///
+    /// # Cancel safety
+    /// Like a lost reply: a request already sent may still be applied. Callers treat both alike
+    /// (see [`Engine`](crate::engine::Engine)).
     pub(crate) async fn call<T, F>(&self, request: impl FnOnce(Client) -> F) -> EngineResult<T>
     where
         F: Future<Output = Result<T, etcd_client::Error>>,

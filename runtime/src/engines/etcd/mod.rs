@@ -82,6 +82,9 @@ impl EtcdEngine {
 
     /// A lease with at least `ttl` left: the one shared by this TTL's grants and renewals, or
     /// a new one.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a lease granted for a dropped call binds nothing and ends with its TTL.
     async fn lease(&self, ttl: Duration) -> EngineResult<i64> {
         if let Some(id) = self.pool.take(ttl) {
             return Ok(id);
@@ -128,6 +131,11 @@ impl EtcdEngine {
 
     /// Joins `key`'s queue as `kind` (or keeps the place in it) with a new lease, and answers
     /// whether the caller holds the lock now.
+    ///
+    /// # Cancel safety
+    /// Like a lost reply: the join runs to its end in a task of its own, and the caller's
+    /// background release of the entry waits for it (`joining.rs`); a single try's removal of
+    /// its entry, dropped, is that release's to do.
     async fn join(
         &self,
         key: &str,
@@ -180,6 +188,11 @@ impl EtcdEngine {
     }
 
     /// Renews one batch of leases of the same TTL under one new lease.
+    ///
+    /// # Cancel safety
+    /// Like a lost reply: entries may have moved to the new lease, each then held at least its
+    /// TTL from the request, as a renewal asks; the watchdog counts the batch as a failed
+    /// renewal and tries again.
     async fn renew_all(
         &self,
         ttl: Duration,

@@ -129,6 +129,10 @@ impl Watches {
     /// Registers for the releases of the queue starting at `start`; resolves once etcd
     /// confirmed the watch (or, after a transient failure, unconfirmed: the waiter's backoff
     /// carries it).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the registration is dropped with the future (the last one out ends the
+    /// watch); a watch confirmed meanwhile serves the next waiter of the queue.
     pub(crate) async fn watch(&self, start: &str) -> EngineResult<ReleaseWatch> {
         let me = self.me.clone();
         let on_idle: OnIdleHook = Arc::new(move |channel: String| {

@@ -80,6 +80,9 @@ impl EtcdEngine {
 
     /// Removes `key`'s holders (their entries, if they are still the ones read); the next in
     /// the queue hold the lock from then on, with larger tokens.
+    ///
+    /// # Cancel safety
+    /// Like a lost reply: some holders may have been removed, each removal whole.
     pub(super) async fn unlock(&self, key: &str) -> EngineResult<Option<Holder>> {
         let entries = self.entries(key).await?;
         let Some(holder) = self.holder(&entries).await else {
@@ -96,6 +99,10 @@ impl EtcdEngine {
 
     /// Follows `key`'s queue: every write (a grant, a renewal, a waiter joining) and every
     /// deletion (a release, a lapsed lease, a waiter leaving), as `put` and `delete`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a watch opened for a dropped call is dropped with it; once it returned, the
+    /// follower runs until nobody listens.
     pub(super) async fn follow_key(&self, key: &str, events: KeyEventSender) -> EngineResult<()> {
         let start = self.queue(key).start;
         let client = self.connection.client().await?;
