@@ -37,8 +37,8 @@ WORKLOADS:
                  grant acknowledged by the replica, WAIT in the same round trip) beside itself
                  without and the peers (which do not wait): cycles/s, p50, the price of WAIT
     open         open loop: Poisson arrivals at 25, 50, 75 and 90 % of rslock's closed-loop
-                 capacity with --tasks tasks (measured in the same run), each request acquire +
-                 GET + release, on uniform keys (100,000) and Zipf keys (s = 1.1, 1,000):
+                 capacity for the same request with --tasks tasks (measured in the same run),
+                 each request acquire + GET + release, on uniform keys (100,000) and Zipf keys (s = 1.1, 1,000):
                  achieved rate, latency from the scheduled arrival (p50/p99/p99.9), timeouts
                  (1 s), overlapping holds
     etcd         a 3-member etcd cluster of its own: distlock's etcd engine beside etcd's own lock

@@ -719,7 +719,7 @@ impl Report {
                 section,
                 &format!(
                     "9. Open loop, {} keys, offered {percent} % of rslock's closed-loop capacity \
-                     ({} tasks): latency from the scheduled arrival",
+                     for the request ({} tasks): latency from the scheduled arrival",
                     keys.name(),
                     config.tasks
                 ),
@@ -731,6 +731,10 @@ impl Report {
                     ("p99.9 us", "p999_us"),
                     ("timeouts", "timeouts"),
                     ("violations", "violations"),
+                    ("start p50", "start_p50_us"),
+                    ("acquire p50", "acquire_p50_us"),
+                    ("GET p50", "get_p50_us"),
+                    ("release p50", "release_p50_us"),
                 ],
             );
         }

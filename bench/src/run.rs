@@ -281,30 +281,22 @@ async fn open_loop_sections(
     subjects: &[Subject],
     rep: usize,
 ) -> Vec<(&'static str, Vec<(LibId, Outcome)>)> {
-    let rslock = subjects.iter().find(|s| s.client.lib == LibId::Rslock);
-    let capacity = match rslock {
-        Some(subject) => {
-            let tag = format!("open-capacity:{rep}");
-            let length = config.duration.min(Duration::from_secs(1));
-            uncontended::run(
-                server,
-                &subject.client,
-                &subject.uncontended,
-                config.tasks,
-                length,
-                &tag,
-            )
-            .await
-            .ok()
-            .and_then(|result| result.get("cycles_per_s").and_then(Value::as_f64))
-        }
-        None => None,
-    };
     // The data server each request reads one key from (the run's server, as the contended
     // workloads do).
     let data = match redis::Client::open(server.url()) {
         Ok(client) => client.get_multiplexed_async_connection().await.ok(),
         Err(_) => None,
+    };
+    let rslock = subjects.iter().find(|s| s.client.lib == LibId::Rslock);
+    let capacity = match (rslock, &data) {
+        (Some(subject), Some(data)) => {
+            let tag = format!("{rep}");
+            let length = config.duration.min(Duration::from_secs(1));
+            open_loop::capacity(&subject.client, data, config.tasks, length, &tag)
+                .await
+                .ok()
+        }
+        _ => None,
     };
     let mut sections = Vec::new();
     for (keys, percent, section) in OPEN_LOOP {

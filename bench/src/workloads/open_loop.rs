@@ -1,11 +1,13 @@
-//! Workload 9 (work in progress, issue 39): open loop. Requests arrive on a Poisson schedule at
-//! a fixed offered rate, whatever the library does with them; each acquires one key, reads one
-//! key from the data server (`GET`), and releases. A request's latency runs from its
-//! *scheduled* arrival to its release, so a queue that forms behind a slow request counts
-//! (a closed loop would slow its arrivals instead: coordinated omission).
+//! Workload 9: open loop. Requests arrive on a Poisson schedule at a fixed offered rate,
+//! whatever the library does with them; each acquires one key, reads one key from the data
+//! server (`GET`), and releases. A request's latency runs from its *scheduled* arrival to its
+//! release, so a queue that forms behind a slow request counts (a closed loop would slow its
+//! arrivals instead: coordinated omission).
 //!
-//! Keys: uniform over 100,000 (uncontended) or Zipf (s = 1.1) over 1,000 (a few hot keys).
-//! Every library sees the same arrival times and keys (one seed per measurement).
+//! The offered rates are fractions of rslock's closed-loop capacity for the same request
+//! ([`capacity`]: `--tasks` tasks, acquire + `GET` + release on distinct keys), measured in the
+//! same run. Keys: uniform over 100,000 (uncontended) or Zipf (s = 1.1) over 1,000 (a few hot
+//! keys). Every library sees the same arrival times and keys (one seed per measurement).
 
 use crate::clients::Client;
 use crate::measure::{quantile, us};
@@ -101,16 +103,30 @@ pub(crate) fn schedule(rate: f64, duration: Duration, keys: Keys, seed: u64) -> 
 }
 
 /// What one request did: its latency from its due time, or a timeout; and when it held the key
-/// (for the overlap check).
+/// (for the overlap check and the split of its latency).
 struct Done {
     key: u32,
     latency_ns: u64,
-    held: Option<(Instant, Instant)>,
+    held: Option<Held>,
 }
 
-/// Runs `requests` against `client` in the open loop: each is started at its due time (a
-/// dispatcher thread sleeps, then spins the last stretch, for microsecond precision) and runs
-/// as a task of its own.
+/// A request that held its key: when it started, got the key, read it, and had released it.
+#[derive(Clone, Copy)]
+struct Held {
+    started: Instant,
+    acquired: Instant,
+    releasing: Instant,
+    released: Instant,
+}
+
+/// Runs `requests` against `client` in the open loop: each is started at its due time and runs
+/// as a task of its own. A dispatcher thread sleeps until the next request is due and starts
+/// every request due by the time it wakes. It does not spin, nor ask for a finer timer slack
+/// than Linux's default 50 us: on `--pin split` the client has one CPU, and a dispatcher that
+/// spins or wakes for every request takes a share of it (measured: rslock's p50 at 25 % went
+/// from 394 to 506 us with a 1 ns slack, and every library collapsed at 50 % with spinning).
+/// Latency counts from the scheduled arrival, so a late wake-up counts against every library
+/// alike.
 pub(crate) async fn run(
     client: &Arc<Client>,
     data: &redis::aio::MultiplexedConnection,
@@ -128,7 +144,7 @@ pub(crate) async fn run(
             let mut tasks = Vec::with_capacity(requests.len());
             for request in requests {
                 let due = start + request.due;
-                wait_until(due);
+                sleep_until(due);
                 let (client, mut data, done) = (client.clone(), data.clone(), done.clone());
                 let key = format!("open:{tag}:{}", request.key);
                 tasks.push(runtime.spawn(async move {
@@ -160,7 +176,8 @@ async fn one(
     client: &Client,
     data: &mut redis::aio::MultiplexedConnection,
     key: &str,
-) -> Option<(Instant, Instant)> {
+) -> Option<Held> {
+    let started = Instant::now();
     let held = tokio::time::timeout(BUDGET, client.acquire(key))
         .await
         .ok()?
@@ -169,38 +186,82 @@ async fn one(
     let _: Option<String> = redis::cmd("GET").arg(key).query_async(data).await.ok()?;
     let releasing = Instant::now();
     client.release(held).await.ok()?;
-    Some((acquired, releasing))
+    Some(Held {
+        started,
+        acquired,
+        releasing,
+        released: Instant::now(),
+    })
 }
 
-/// Sleeps until just before `due`, then spins to it.
-fn wait_until(due: Instant) {
-    const SPIN: Duration = Duration::from_micros(60);
+/// Sleeps until `due` (at once if it has passed).
+fn sleep_until(due: Instant) {
     let now = Instant::now();
-    if due > now + SPIN {
-        std::thread::sleep(due - now - SPIN);
+    if due > now {
+        std::thread::sleep(due - now);
     }
-    while Instant::now() < due {
-        std::hint::spin_loop();
+}
+
+/// rslock's (or any client's) closed-loop capacity for the open loop's request: `tasks` tasks,
+/// each acquiring a key of its own, reading it, releasing, and again, for `duration`; requests
+/// per second.
+pub(crate) async fn capacity(
+    client: &Arc<Client>,
+    data: &redis::aio::MultiplexedConnection,
+    tasks: usize,
+    duration: Duration,
+    tag: &str,
+) -> Result<f64, String> {
+    client.warm_up(tag).await?;
+    let start = Instant::now() + Duration::from_millis(20);
+    let deadline = start + duration;
+    let workers: Vec<_> = (0..tasks)
+        .map(|worker| {
+            let (client, mut data) = (client.clone(), data.clone());
+            let tag = tag.to_owned();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start.into()).await;
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let key = format!("open-capacity:{tag}:{worker}:{done}");
+                    one(&client, &mut data, &key)
+                        .await
+                        .ok_or("a request of the capacity run failed")?;
+                    done += 1;
+                }
+                Ok::<_, String>(done)
+            })
+        })
+        .collect();
+    let mut requests = 0;
+    for worker in workers {
+        requests += worker.await.map_err(|err| err.to_string())??;
     }
+    Ok(requests as f64 / start.elapsed().as_secs_f64())
 }
 
 /// Achieved rate, latency percentiles, timeouts and overlapping holds of one measurement.
 fn summarize(mut done: Vec<Done>, elapsed: Duration) -> Map<String, serde_json::Value> {
-    let completed: Vec<u64> = done
+    let held: Vec<(u64, Held)> = done
         .iter()
-        .filter(|d| d.held.is_some())
-        .map(|d| d.latency_ns)
+        .filter_map(|d| d.held.map(|held| (d.latency_ns, held)))
         .collect();
-    let timeouts = done.len() - completed.len();
-    let mut sorted = completed.clone();
+    let timeouts = done.len() - held.len();
+    let p50 = |part: &dyn Fn(&(u64, Held)) -> u64| {
+        let mut sorted: Vec<u64> = held.iter().map(part).collect();
+        sorted.sort_unstable();
+        us(quantile(&sorted, 0.50))
+    };
+    let nanos = |from: Instant, to: Instant| (to - from).as_nanos() as u64;
+    let mut sorted: Vec<u64> = held.iter().map(|(latency, _)| *latency).collect();
     sorted.sort_unstable();
     // Holds of one key that overlap in time: two holders at once.
-    done.sort_by_key(|d| (d.key, d.held.map(|(from, _)| from)));
+    done.sort_by_key(|d| (d.key, d.held.map(|held| held.acquired)));
     let violations = done
         .windows(2)
         .filter(|pair| pair[0].key == pair[1].key)
         .filter(|pair| match (pair[0].held, pair[1].held) {
-            (Some((_, first_end)), Some((second_start, _))) => second_start < first_end,
+            (Some(first), Some(second)) => second.acquired < first.releasing,
             _ => false,
         })
         .count();
@@ -208,12 +269,24 @@ fn summarize(mut done: Vec<Done>, elapsed: Duration) -> Map<String, serde_json::
     result.insert("requests".into(), done.len().into());
     result.insert(
         "achieved_per_s".into(),
-        (completed.len() as f64 / elapsed.as_secs_f64()).into(),
+        (held.len() as f64 / elapsed.as_secs_f64()).into(),
     );
     if !sorted.is_empty() {
         result.insert("p50_us".into(), us(quantile(&sorted, 0.50)).into());
         result.insert("p99_us".into(), us(quantile(&sorted, 0.99)).into());
         result.insert("p999_us".into(), us(quantile(&sorted, 0.999)).into());
+        // Where a request's time goes (medians of each part): from its due time until its
+        // task ran, acquiring, the GET, releasing.
+        let due = |(latency, held): &(u64, Held)| {
+            latency.saturating_sub(nanos(held.started, held.released))
+        };
+        result.insert("start_p50_us".into(), p50(&due).into());
+        let acquire = |(_, held): &(u64, Held)| nanos(held.started, held.acquired);
+        result.insert("acquire_p50_us".into(), p50(&acquire).into());
+        let get = |(_, held): &(u64, Held)| nanos(held.acquired, held.releasing);
+        result.insert("get_p50_us".into(), p50(&get).into());
+        let release = |(_, held): &(u64, Held)| nanos(held.releasing, held.released);
+        result.insert("release_p50_us".into(), p50(&release).into());
     }
     result.insert("timeouts".into(), timeouts.into());
     result.insert("violations".into(), violations.into());
