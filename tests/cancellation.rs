@@ -13,7 +13,7 @@ mod common;
 
 use common::{Etcd, Fixture, InProcess, Redlock, SingleRedis, Valkey};
 use distlock::__private::raw;
-use distlock::{distributed_lock, Backend, Lock, LockError, Registry};
+use distlock::{distributed_lock, Backend, Lease, Lock, LockError, Registry};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -21,8 +21,8 @@ use tokio::task::AbortHandle;
 
 /// Calls per stream; two streams run at once, so local queues see cancellations too.
 const CALLS_PER_STREAM: usize = 200;
-/// More concurrent calls than a Redis engine sends on their own (2), so that calls also queue for
-/// a batch (group commit) and are cancelled there.
+/// More concurrent calls than a Redis engine sends on their own (4 of a kind), so that calls also
+/// queue for a batch (group commit) and are cancelled there.
 const STREAMS: usize = 6;
 /// Keys a second client holds for the whole run: calls on them wait.
 const BLOCKED_KEYS: usize = 3;
@@ -210,10 +210,11 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
                 let style = [Style::Run, Style::Guard, Style::Attribute][(rng.next() % 3) as usize];
                 // Mostly inside one typical call, sometimes a little past it, some at once, and
                 // some early in it, where the acquire is (a small part of a typical call, which
-                // the body's sleep dominates).
+                // the body's sleep dominates: a round trip, or a few while queued for a batch).
                 let delay = match rng.next() % 8 {
                     0 => rng.below(Duration::from_micros(20)),
                     1 | 2 => rng.below(typical / 8),
+                    3 => rng.below(typical / 32),
                     7 => typical + rng.below(typical / 2),
                     _ => rng.below(typical),
                 };
@@ -485,9 +486,10 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
         .unwrap();
     // Connected, scripts loaded: what follows is only the acquires under test.
     let (proxy, backend) = first.block_on(common::through_proxy(&server, |b| b));
-    // Two acquires held in flight by the proxy, ten queued behind them for a batch.
+    // Four acquires held in flight by the proxy (group commit's in-flight calls), ten queued
+    // behind them for a batch.
     proxy.blackhole(true);
-    for i in 0..12 {
+    for i in 0..14 {
         let backend = backend.clone();
         first.spawn(async move {
             let _ = Lock::new(format!("pending:{i}"))
@@ -495,7 +497,7 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
                 .acquire()
                 .await;
         });
-        if i == 1 {
+        if i == 3 {
             assert!(
                 proxy.wait_requests_held(1, Duration::from_secs(5)),
                 "the acquires never left"
@@ -521,6 +523,70 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
         .await
         .expect("an acquire queued for ever behind the dropped runtime's batch");
         acquired.unwrap().release().await.unwrap();
+    });
+}
+
+/// Acquires cancelled while they queue for a batch (group commit) are still sent with it, and the
+/// locks the batch grants them are released at once (`Batched::abandoned`), not left to their
+/// lease: another client takes each key within a second, where the lease is 30 s.
+#[test]
+fn acquires_cancelled_in_a_batch_queue_leave_nothing_held() {
+    const IN_FLIGHT: usize = 4;
+    const QUEUED: usize = 10;
+    let server = distlock_test_support::RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (proxy, backend) = runtime.block_on(common::through_proxy(&server, |b| b));
+    let other = Backend::builder(server.url())
+        .prefix(common::PREFIX)
+        .build()
+        .unwrap();
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    // The first acquires are held in flight by the proxy; the rest queue behind them.
+    proxy.blackhole(true);
+    let mut tasks = Vec::new();
+    for i in 0..IN_FLIGHT + QUEUED {
+        let backend = backend.clone();
+        tasks.push(runtime.spawn(async move {
+            let _ = Lock::new(format!("queued:{i}"))
+                .lease(lease)
+                .on(&backend)
+                .acquire()
+                .await;
+        }));
+        if i + 1 == IN_FLIGHT {
+            assert!(
+                proxy.wait_requests_held(1, Duration::from_secs(5)),
+                "the acquires never left"
+            );
+        }
+    }
+    assert!(
+        raw::wait_local(Duration::from_secs(5), || raw::batched_calls(&backend)
+            >= QUEUED as u64),
+        "the acquires never queued"
+    );
+    // Their callers leave; then the network heals and the batch goes out.
+    for task in &tasks[IN_FLIGHT..] {
+        task.abort();
+    }
+    proxy.blackhole(false);
+    runtime.block_on(async {
+        for i in IN_FLIGHT..IN_FLIGHT + QUEUED {
+            let taken = Lock::new(format!("queued:{i}"))
+                .wait(Duration::from_secs(1))
+                .on(&other)
+                .acquire()
+                .await;
+            assert!(
+                taken.is_ok(),
+                "queued:{i} stayed held after its caller left the batch queue: {taken:?}"
+            );
+            taken.unwrap().release().await.unwrap();
+        }
     });
 }
 
