@@ -70,7 +70,8 @@ OPTIONS:
                          no cross-CPU wake-ups, the fastest floor); needs `taskset`
                          [default: none]
     --json-only          print only the JSON line
-    --svg DIR            also draw the run as DIR/throughput.svg and DIR/waits.svg
+    --svg DIR            also draw the run as DIR/throughput.svg, DIR/waits.svg and
+                         DIR/open-loop.svg
     --plot FILE          draw nothing new: read a saved JSON line from FILE and write its
                          pictures to the --svg DIR (default: the current directory)
     -h, --help           print this help

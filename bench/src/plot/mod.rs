@@ -1,8 +1,11 @@
-//! Two pictures of one run, drawn from its JSON line as plain SVG (no plotting dependency):
-//! throughput per library and workload, and the wait-time distribution under contention.
+//! Three pictures of one run, drawn from its JSON line as plain SVG (no plotting dependency):
+//! throughput per library and workload, the wait-time distribution under contention, and the
+//! open loop's latency against offered load (`open_loop.rs`).
 //!
 //! `--svg DIR` writes them after a run; `--plot FILE --svg DIR` redraws them from a saved JSON
 //! line (BENCHMARKS.md links the ones in `bench/results/`).
+
+mod open_loop;
 
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -87,13 +90,14 @@ fn colour(lib: &str) -> &'static str {
     }
 }
 
-/// Writes `throughput.svg` and `waits.svg` for `json` into `dir`.
+/// Writes `throughput.svg`, `waits.svg` and `open-loop.svg` for `json` into `dir`.
 pub(crate) fn write(json: &Value, dir: &Path) -> Result<(), String> {
     std::fs::create_dir_all(dir)
         .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     for (name, svg) in [
         ("throughput.svg", throughput(json)),
         ("waits.svg", waits(json)),
+        ("open-loop.svg", open_loop::draw(json)),
     ] {
         let path = dir.join(name);
         std::fs::write(&path, svg)
