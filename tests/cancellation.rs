@@ -14,6 +14,7 @@ mod common;
 use common::{Etcd, Fixture, InProcess, Redlock, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lease, Lock, LockError, Registry};
+use distlock_test_support::Xorshift;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -119,22 +120,6 @@ fn canceller(orders: mpsc::Receiver<(AbortHandle, Instant)>) {
     }
 }
 
-/// A tiny xorshift: reproducible delays from a seed printed with the figures.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, bound: Duration) -> Duration {
-        Duration::from_nanos(self.next() % bound.as_nanos().max(1) as u64)
-    }
-}
-
 /// How long an uncancelled call of each kind takes with as many calls at once as the run
 /// makes: the span cancellation delays are drawn from.
 async fn calibrate(backend: &Backend, attr: Annotated) -> Duration {
@@ -185,11 +170,7 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
 
     let (orders, received) = mpsc::channel();
     let cancel_thread = std::thread::spawn(move || canceller(received));
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
+    let (_, seed) = Xorshift::from_clock();
     let used_keys = Arc::new(std::sync::Mutex::new(Vec::new()));
     let counts = Arc::new(std::sync::Mutex::new(Histogram::default()));
     let calls = Arc::new(AtomicUsize::new(0));
@@ -198,25 +179,26 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
         let (backend, orders) = (backend.clone(), orders.clone());
         let (used_keys, counts, calls) = (used_keys.clone(), counts.clone(), calls.clone());
         streams.push(tokio::spawn(async move {
-            let mut rng = Rng(seed.wrapping_add(stream as u64 * 0x9e37_79b9) | 1);
+            let mut rng = Xorshift::new(seed.wrapping_add(stream as u64 * 0x9e37_79b9));
             for i in 0..CALLS_PER_STREAM {
                 let waits = i % 4 == 3;
                 let key = if waits {
-                    format!("blocked-{}", rng.next() % BLOCKED_KEYS as u64)
+                    format!("blocked-{}", rng.next_u64() % BLOCKED_KEYS as u64)
                 } else {
                     format!("free-{stream}-{i}")
                 };
                 used_keys.lock().unwrap().push(key.clone());
-                let style = [Style::Run, Style::Guard, Style::Attribute][(rng.next() % 3) as usize];
+                let style =
+                    [Style::Run, Style::Guard, Style::Attribute][(rng.next_u64() % 3) as usize];
                 // Mostly inside one typical call, sometimes a little past it, some at once, and
                 // some early in it, where the acquire is (a small part of a typical call, which
                 // the body's sleep dominates: a round trip, or a few while queued for a batch).
-                let delay = match rng.next() % 8 {
-                    0 => rng.below(Duration::from_micros(20)),
-                    1 | 2 => rng.below(typical / 8),
-                    3 => rng.below(typical / 32),
-                    7 => typical + rng.below(typical / 2),
-                    _ => rng.below(typical),
+                let delay = match rng.next_u64() % 8 {
+                    0 => rng.duration_below(Duration::from_micros(20)),
+                    1 | 2 => rng.duration_below(typical / 8),
+                    3 => rng.duration_below(typical / 32),
+                    7 => typical + rng.duration_below(typical / 2),
+                    _ => rng.duration_below(typical),
                 };
                 let probe = Arc::new(AtomicU8::new(phase::NOT_STARTED));
                 let spawned_at = Instant::now();

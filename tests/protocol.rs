@@ -13,7 +13,7 @@
 //! `PROTOCOL_SEED=<seed> cargo test -p distlock-tests --test protocol` to replay it.
 
 use distlock::__private::raw::{lua_source, HolderReply, Twin};
-use distlock_test_support::RedisServer;
+use distlock_test_support::{RedisServer, Xorshift};
 use redis::Value;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -28,22 +28,6 @@ const TTL_MS: u64 = 60_000;
 const MARKER_TTL_MS: u64 = 3_600_000;
 /// How far two durations the servers answer may differ: they are read microseconds apart.
 const SLACK_MS: i64 = 25;
-
-/// A tiny xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[self.below(from.len())]
-    }
-}
 
 /// The settings one run's scripts share: what differs between one server and Redlock's masters,
 /// and whether notified waiters get a reservation window.
@@ -133,7 +117,7 @@ impl Op {
     /// A random operation; `holders` names who holds each lock on the twin now (the exclusive
     /// holder, or the readers and permit holders), so that releases and renewals often come
     /// from the holder, as they mostly do.
-    fn random(rng: &mut Rng, mode: Mode, twin: &mut Twin) -> Op {
+    fn random(rng: &mut Xorshift, mode: Mode, twin: &mut Twin) -> Op {
         let lock = rng.pick(&LOCKS);
         let holders = holders_on(twin, lock);
         let owner = match (holders.is_empty(), rng.below(10) < 7) {
@@ -697,7 +681,7 @@ fn run(server: &RedisServer, seed: u64, seen: &mut Seen) -> Result<(), String> {
         mode.window_ms,
         mode.hands_over,
     );
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Xorshift::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let (mut redis_tokens, mut twin_tokens) = (Tokens::default(), Tokens::default());
     let mut log = String::new();
     for step in 0..STEPS {

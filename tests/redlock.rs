@@ -10,7 +10,7 @@ use common::cell::{marker, read_cell};
 use common::worker::{self, Worker};
 use common::{forget_marker, watch_key_events};
 use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason, Registry};
-use distlock_test_support::{wait_until, FaultProxy, RedisServer, Reply, Wake};
+use distlock_test_support::{wait_until, FaultProxy, RedisServer, Reply, Wake, Xorshift};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
 use std::sync::{Arc, Mutex};
@@ -46,27 +46,6 @@ async fn warmed_redlock(
         .await
         .unwrap();
     backend
-}
-
-/// A tiny xorshift, seeded from the clock and printed, so a failing schedule can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> (Rng, u64) {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1;
-        (Rng(seed), seed)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % bound as u64) as usize
-    }
 }
 
 /// The entry point of every worker process; a no-op in a normal test run.
@@ -175,7 +154,7 @@ fn processes_never_overlap_while_masters_are_paused_and_killed() {
             )
         })
         .collect();
-    let (mut rng, seed) = Rng::seeded();
+    let (mut rng, seed) = Xorshift::from_clock();
     let started = worker::start_together(&mut workers);
     // The chaos: one master at a time paused for 100 ms at random, every half second or so; two
     // killed once CHAOS_PHASE_SECTIONS sections are done (from then on every pause takes the
@@ -549,7 +528,7 @@ async fn fencing_tokens_stay_monotonic_across_different_quorums() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64;
-    let (mut rng, seed) = Rng::seeded();
+    let (mut rng, seed) = Xorshift::from_clock();
     let mut last = 0u64;
     let mut regressions = 0;
     for grant in 0..GRANTS {

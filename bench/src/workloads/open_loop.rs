@@ -11,6 +11,7 @@
 
 use crate::clients::Client;
 use crate::measure::{quantile, us};
+use distlock_test_support::Xorshift;
 use serde_json::Map;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -38,23 +39,6 @@ impl Keys {
 /// A request's wait budget: beyond it, it counts as a timeout.
 const BUDGET: Duration = Duration::from_secs(1);
 
-/// A small xorshift: the same schedule and keys for every library.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
-        ((self.next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-    }
-}
-
 /// The cumulative weights of Zipf(s) over `n` ranks, for sampling by bisection.
 fn zipf_table(n: usize, s: f64) -> Vec<f64> {
     let mut total = 0.0;
@@ -79,7 +63,8 @@ pub(crate) struct Request {
 
 /// A Poisson schedule of `rate` requests per second over `duration`, with keys as `keys` says.
 pub(crate) fn schedule(rate: f64, duration: Duration, keys: Keys, seed: u64) -> Vec<Request> {
-    let mut rng = Rng(seed | 1);
+    // The same seed, the same schedule and keys for every library.
+    let mut rng = Xorshift::new(seed);
     let zipf = zipf_table(1_000, 1.1);
     let mut due = 0.0;
     let mut requests = Vec::new();
@@ -89,7 +74,7 @@ pub(crate) fn schedule(rate: f64, duration: Duration, keys: Keys, seed: u64) -> 
             return requests;
         }
         let key = match keys {
-            Keys::Uniform => (rng.next() % 100_000) as u32,
+            Keys::Uniform => (rng.next_u64() % 100_000) as u32,
             Keys::Zipf => {
                 let u = rng.unit();
                 zipf.partition_point(|&weight| weight < u) as u32
