@@ -461,36 +461,7 @@ async fn dropping_lock_events_ends_their_subscription() {
 #[test]
 fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
     let server = distlock_test_support::RedisServer::start();
-    let first = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    // Connected, scripts loaded: what follows is only the acquires under test.
-    let (proxy, backend) = first.block_on(common::through_proxy(&server, |b| b));
-    // Four acquires held in flight by the proxy (group commit's in-flight calls), ten queued
-    // behind them for a batch.
-    proxy.blackhole(true);
-    for i in 0..14 {
-        let backend = backend.clone();
-        first.spawn(async move {
-            let _ = Lock::new(format!("pending:{i}"))
-                .on(&backend)
-                .acquire()
-                .await;
-        });
-        if i == 3 {
-            assert!(
-                proxy.wait_requests_held(1, Duration::from_secs(5)),
-                "the acquires never left"
-            );
-        }
-    }
-    assert!(
-        raw::wait_local(Duration::from_secs(5), || raw::batched_calls(&backend)
-            >= 10),
-        "the acquires never queued"
-    );
+    let (first, proxy, backend, _) = acquires_queued_behind_a_partition(&server, Lease::Watchdog);
     drop(first);
     proxy.blackhole(false);
     let second = tokio::runtime::Builder::new_current_thread()
@@ -513,27 +484,66 @@ fn a_runtime_dropped_with_a_batch_pending_leaves_the_backend_working() {
 /// lease: another client takes each key within a second, where the lease is 30 s.
 #[test]
 fn acquires_cancelled_in_a_batch_queue_leave_nothing_held() {
-    const IN_FLIGHT: usize = 4;
-    const QUEUED: usize = 10;
     let server = distlock_test_support::RedisServer::start();
+    let lease = Lease::Fixed(Duration::from_secs(30));
+    let (runtime, proxy, _backend, tasks) = acquires_queued_behind_a_partition(&server, lease);
+    let other = Backend::builder(server.url())
+        .prefix(common::PREFIX)
+        .build()
+        .unwrap();
+    // The queued acquires' callers leave; then the network heals and the batch goes out.
+    for task in &tasks[IN_FLIGHT..] {
+        task.abort();
+    }
+    proxy.blackhole(false);
+    runtime.block_on(async {
+        for i in IN_FLIGHT..IN_FLIGHT + QUEUED {
+            let taken = Lock::new(format!("pending:{i}"))
+                .wait(Duration::from_secs(1))
+                .on(&other)
+                .acquire()
+                .await;
+            assert!(
+                taken.is_ok(),
+                "pending:{i} stayed held after its caller left the batch queue: {taken:?}"
+            );
+            taken.unwrap().release().await.unwrap();
+        }
+    });
+}
+
+/// Calls of a kind a Redis engine keeps in flight before new ones queue for a batch
+/// (`MAX_IN_FLIGHT` in `engines/redis/group_commit.rs`).
+const IN_FLIGHT: usize = 4;
+/// Acquires queued behind them by [`acquires_queued_behind_a_partition`].
+const QUEUED: usize = 10;
+
+/// On a one-worker runtime, a backend behind a fault proxy that holds every byte (a partition):
+/// [`IN_FLIGHT`] acquires of `pending:<i>` with `lease` held in flight by the proxy, and
+/// [`QUEUED`] more queued behind them for a batch. Returns the runtime, the proxy, the backend
+/// and the acquires' tasks, in the order of `i`.
+fn acquires_queued_behind_a_partition(
+    server: &distlock_test_support::RedisServer,
+    lease: Lease,
+) -> (
+    tokio::runtime::Runtime,
+    distlock_test_support::FaultProxy,
+    Backend,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let (proxy, backend) = runtime.block_on(common::through_proxy(&server, |b| b));
-    let other = Backend::builder(server.url())
-        .prefix(common::PREFIX)
-        .build()
-        .unwrap();
-    let lease = Lease::Fixed(Duration::from_secs(30));
-    // The first acquires are held in flight by the proxy; the rest queue behind them.
+    // Connected, scripts loaded: what follows is only the acquires under test.
+    let (proxy, backend) = runtime.block_on(common::through_proxy(server, |b| b));
     proxy.blackhole(true);
     let mut tasks = Vec::new();
     for i in 0..IN_FLIGHT + QUEUED {
         let backend = backend.clone();
         tasks.push(runtime.spawn(async move {
-            let _ = Lock::new(format!("queued:{i}"))
+            let _ = Lock::new(format!("pending:{i}"))
                 .lease(lease)
                 .on(&backend)
                 .acquire()
@@ -551,25 +561,7 @@ fn acquires_cancelled_in_a_batch_queue_leave_nothing_held() {
             >= QUEUED as u64),
         "the acquires never queued"
     );
-    // Their callers leave; then the network heals and the batch goes out.
-    for task in &tasks[IN_FLIGHT..] {
-        task.abort();
-    }
-    proxy.blackhole(false);
-    runtime.block_on(async {
-        for i in IN_FLIGHT..IN_FLIGHT + QUEUED {
-            let taken = Lock::new(format!("queued:{i}"))
-                .wait(Duration::from_secs(1))
-                .on(&other)
-                .acquire()
-                .await;
-            assert!(
-                taken.is_ok(),
-                "queued:{i} stayed held after its caller left the batch queue: {taken:?}"
-            );
-            taken.unwrap().release().await.unwrap();
-        }
-    });
+    (runtime, proxy, backend, tasks)
 }
 
 /// An acquire whose reply is lost, during an outage that outlasts the quick retries of the
