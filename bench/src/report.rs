@@ -936,15 +936,7 @@ fn fmt_num(v: f64) -> String {
     }
     let a = v.abs();
     if a >= 1000.0 {
-        let digits = format!("{:.0}", a);
-        let mut grouped = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                grouped.push(',');
-            }
-            grouped.push(c);
-        }
-        format!("{}{grouped}", if v < 0.0 { "-" } else { "" })
+        format!("{}{}", if v < 0.0 { "-" } else { "" }, thousands(a))
     } else if a >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else if a >= 10.0 {
@@ -952,6 +944,19 @@ fn fmt_num(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
+}
+
+/// A non-negative number rounded to a whole one, its digits grouped by thousands: `1,234,567`.
+pub(crate) fn thousands(value: f64) -> String {
+    let digits = format!("{value:.0}");
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn fmt_opt(v: Option<f64>) -> String {
@@ -992,6 +997,8 @@ mod tests {
         assert_eq!(fmt_num(2.0), "2");
         assert_eq!(fmt_num(45.25), "45.2");
         assert_eq!(fmt_num(-1500.0), "-1,500");
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
     }
 
     #[test]

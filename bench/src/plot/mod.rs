@@ -7,6 +7,7 @@
 
 mod open_loop;
 
+use crate::report::thousands;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -321,18 +322,6 @@ fn subtitle(json: &Value) -> String {
     format!("distlock-bench: {floor}{runs}; every library on the same server in the same run")
 }
 
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value);
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn duration_label(us: f64) -> String {
     if us >= 1_000_000.0 {
         format!("{:.0} s", us / 1_000_000.0)
@@ -388,11 +377,5 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 8, "{svg}");
         assert!(svg.contains(">100 µs<") && svg.contains(">1 s<"), "{svg}");
         assert!(!svg.contains("HEIGHT"), "{svg}");
-    }
-
-    #[test]
-    fn thousands_groups_digits() {
-        assert_eq!(thousands(1234567.4), "1,234,567");
-        assert_eq!(thousands(999.0), "999");
     }
 }

@@ -126,7 +126,7 @@ pub(crate) fn draw(json: &Value) -> String {
                         cx + 5.0,
                         cy - 5.0,
                         colour(lib),
-                        super::thousands(point.timeouts),
+                        crate::report::thousands(point.timeouts),
                     );
                 }
             }
