@@ -7,6 +7,7 @@
 //! release to the next holder having the lock, and whether the next holder is the same worker
 //! (or in the same process) again.
 
+use super::START_DELAY;
 use crate::calibrate::Origins;
 use crate::cli::WorkerArgs;
 use crate::clients::{run_workers, Client};
@@ -19,7 +20,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const START_DELAY: Duration = Duration::from_millis(50);
 /// A worker process that has not answered by then is broken.
 const CHILD_DEADLINE: Duration = Duration::from_secs(120);
 

@@ -9,5 +9,8 @@ pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod uncontended;
 
+/// Lets every worker (task, thread or process) be started before the clock runs.
+pub(crate) const START_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// A workload's numbers for one library, or why it has none.
 pub(crate) type Outcome = Result<serde_json::Map<String, serde_json::Value>, String>;

@@ -9,14 +9,14 @@
 //! same run. Keys: uniform over 100,000 (uncontended) or Zipf (s = 1.1) over 1,000 (a few hot
 //! keys). Every library sees the same arrival times and keys (one seed per measurement).
 
-use crate::clients::Client;
+use crate::clients::{run_workers, Client};
 use crate::measure::{quantile, us};
 use distlock_test_support::Xorshift;
 use serde_json::Map;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Outcome;
+use super::{Outcome, START_DELAY};
 
 /// How the keys of the requests are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +120,7 @@ pub(crate) async fn run(
 ) -> Outcome {
     let done: Arc<Mutex<Vec<Done>>> = Arc::new(Mutex::new(Vec::with_capacity(requests.len())));
     let runtime = tokio::runtime::Handle::current();
-    let start = Instant::now() + Duration::from_millis(20);
+    let start = Instant::now() + START_DELAY;
     let dispatch = {
         let (client, data, done) = (client.clone(), data.clone(), done.clone());
         let requests = requests.to_vec();
@@ -198,30 +198,26 @@ pub(crate) async fn capacity(
     tag: &str,
 ) -> Result<f64, String> {
     client.warm_up(tag).await?;
-    let start = Instant::now() + Duration::from_millis(20);
+    let start = Instant::now() + START_DELAY;
     let deadline = start + duration;
-    let workers: Vec<_> = (0..tasks)
-        .map(|worker| {
-            let (client, mut data) = (client.clone(), data.clone());
-            let tag = tag.to_owned();
-            tokio::spawn(async move {
-                tokio::time::sleep_until(start.into()).await;
-                let mut done = 0u64;
-                while Instant::now() < deadline {
-                    let key = format!("open-capacity:{tag}:{worker}:{done}");
-                    one(&client, &mut data, &key)
-                        .await
-                        .ok_or("a request of the capacity run failed")?;
-                    done += 1;
-                }
-                Ok::<_, String>(done)
-            })
-        })
-        .collect();
-    let mut requests = 0;
-    for worker in workers {
-        requests += worker.await.map_err(|err| err.to_string())??;
-    }
+    let (data, tag) = (data.clone(), tag.to_owned());
+    let per_worker = run_workers(client, tasks, move |worker, client| {
+        let (mut data, tag) = (data.clone(), tag.clone());
+        async move {
+            tokio::time::sleep_until(start.into()).await;
+            let mut done = 0u64;
+            while Instant::now() < deadline {
+                let key = format!("open-capacity:{tag}:{worker}:{done}");
+                one(&client, &mut data, &key)
+                    .await
+                    .ok_or("a request of the capacity run failed")?;
+                done += 1;
+            }
+            Ok::<_, String>(done)
+        }
+    })
+    .await;
+    let requests: u64 = per_worker.into_iter().sum::<Result<u64, String>>()?;
     Ok(requests as f64 / start.elapsed().as_secs_f64())
 }
 

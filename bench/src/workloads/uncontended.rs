@@ -1,6 +1,7 @@
 //! Workloads 1 and 2: acquire + release of distinct keys, by one task (sequential) or by many
 //! tasks at once over the library's normal connection handling (parallel).
 
+use super::START_DELAY;
 use crate::calibrate::Origins;
 use crate::clients::{run_workers, Client};
 use crate::measure::{process_cpu, quantile, us};
@@ -9,9 +10,6 @@ use distlock_test_support::RedisServer;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Lets every worker (task or thread) be started before the clock runs.
-const START_DELAY: Duration = Duration::from_millis(50);
 
 /// `tasks` workers cycle through fresh keys for `duration`: cycles/s, cycle latency, and what
 /// the server did per cycle.
