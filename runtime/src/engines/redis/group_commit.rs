@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 
 /// Calls of one kind in flight before new ones queue. Four keep a few callers pipelined, each
 /// sent at once, while the server has a CPU of its own; beyond that, batching beats pipelining.
-/// Measured (BENCHMARKS.md, *Group commit*): against two, four raised 8 tasks' cycles/s by a
+/// Measured (bench/HISTORY.md, *Group commit*): against two, four raised 8 tasks' cycles/s by a
 /// third with the server on a CPU of its own and cut the open loop's Zipf p99 tenfold at a
 /// quarter load, and changed nothing measurable with client and server on one CPU; eight cost
 /// 10–15 % there.
