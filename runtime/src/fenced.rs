@@ -4,6 +4,7 @@ use crate::engines::redis::node::{Node, Timeouts};
 use crate::engines::redis::tls::TlsFiles;
 use crate::error::{BackendError, LockError};
 use crate::scripts::FENCED_SET;
+use futures_util::future::BoxFuture;
 
 /// A Redis-held resource that accepts a write only if the writer's fencing token is at least the
 /// highest token it has accepted.
@@ -48,6 +49,10 @@ pub enum FencedWrite {
 
 impl FencedStore {
     /// A fenced resource store on the Redis at `url` (connects lazily).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] when `url` is not a valid `redis://`, `rediss://`, `unix://`
+    /// or `redis+unix://` URL, or is `rediss://` in a build without the `tls` feature.
     pub fn open(url: &str) -> Result<Self, LockError> {
         Ok(FencedStore {
             node: Node::open(url, &TlsFiles::default(), Timeouts::default(), "")?,
@@ -56,28 +61,36 @@ impl FencedStore {
 
     /// Writes `value` to `key` if `token` is at least the highest token accepted for `key`.
     ///
+    /// # Errors
+    /// [`LockError::Backend`] (its backend named `"fenced"`) when the server did not answer,
+    /// refused the script, or answered something other than the script's reply. When the error
+    /// [is ambiguous](BackendError::is_ambiguous), the write may have been applied: writing the
+    /// same value with the same token again is harmless.
+    ///
     /// # Cancel safety
-    /// Dropping the future after the request was sent does not undo the write: it may or may
-    /// not have been applied, as with any lost reply. Writing the same value with the same token
-    /// again is harmless (equal tokens are accepted), so retry to learn the outcome.
+    /// Not cancel safe: dropped after the request was sent, the write may or may not have been
+    /// applied, as with any lost reply. Writing the same value with the same token again is
+    /// harmless (equal tokens are accepted), so retry to learn the outcome.
     pub async fn write(
         &self,
         key: &str,
         token: u64,
         value: &[u8],
     ) -> Result<FencedWrite, LockError> {
-        let reply: Vec<u64> = self
-            .node
-            .invoke(&FENCED_SET, &[key], &[token.to_string().as_bytes(), value])
-            .await
-            .map_err(|failure| {
-                LockError::Backend(BackendError::new(
-                    "fenced",
-                    "fenced write",
-                    failure.ambiguous,
-                    failure.source,
-                ))
-            })?;
+        let token = token.to_string();
+        let (keys, args) = ([key], [token.as_bytes(), value]);
+        // Boxed as a trait object: a caller awaits this inside a locked call, whose future is
+        // already deep, and the type of the script call's future (the connection's, redis-rs's)
+        // would take the whole of rustc's default recursion limit to prove `Send`.
+        let invoke: BoxFuture<'_, _> = Box::pin(self.node.invoke(&FENCED_SET, &keys, &args));
+        let reply: Vec<u64> = invoke.await.map_err(|failure| {
+            LockError::Backend(BackendError::new(
+                "fenced",
+                "fenced write",
+                failure.ambiguous,
+                failure.source,
+            ))
+        })?;
         match reply.as_slice() {
             [1, _] => Ok(FencedWrite::Applied),
             [0, highest] => Ok(FencedWrite::Rejected { highest: *highest }),
