@@ -33,27 +33,53 @@
 //!
 //! ## What the attribute does
 //! It expands the function into: acquire (one round trip: a script that sets the lock if absent,
-//! with a TTL, and issues a fencing token), run the body while the backend's watchdog renews the
-//! lease and the body is stopped between steps if the lease is lost, then release with an
-//! ownership-checked script. The same machinery is available by hand through [`Lock`].
+//! with a TTL, and issues a fencing token), wait if it is busy (woken by the release, with
+//! jittered backoff as a safety net), run the body while the backend's watchdog renews the lease
+//! and the body is stopped between steps if the lease is lost, then release with an
+//! ownership-checked script — on return, `?`, panic or cancellation. The same machinery is
+//! available by hand through [`Lock`].
+//!
+//! ## The guide
+//! | chapter | answers |
+//! |---|---|
+//! | [attribute](guide::attribute) | `#[distributed_lock]`: keys, waiting, leases, a lost lease |
+//! | [Lock API](guide::lock_api) | [`Lock`] and [`LockGuard`]: the same locks by hand |
+//! | [configuration](guide::configuration) | every URL form, environment variable and feature |
+//! | [**choosing a deployment**](guide::deployments) | what each deployment survives, loses and costs |
+//! | [lock kinds](guide::kinds) | read/write locks and semaphores |
+//! | [fencing](guide::fencing) | making a lock exact: tokens the resource checks |
+//! | [operating](guide::operating) | the CLI, metrics, tracing, readiness and shutdown |
+//! | [testing](guide::testing) | testing your own code without a server |
+//! | [cancellation](guide::cancellation) | what a dropped call leaves behind |
 //!
 //! ## Guarantees, and their limits
 //! - A lock is released only by its owner (a fresh 20-byte random token per acquisition).
 //! - Fencing tokens strictly increase per key, even after the token marker a release leaves is lost.
 //! - Validity is tracked locally on a monotonic clock: a paused process learns at its next
 //!   [`checkpoint()`] that its lease is gone.
-//! - A lock alone is only approximately exclusive: a holder paused past its lease may still act.
-//!   Exactness needs the resource to check fencing tokens ([`FencedStore`]).
+//! - A dropped call leaves no lock held for longer than one round trip
+//!   ([cancellation](guide::cancellation)).
+//! - A lock alone is only approximately exclusive: a holder paused past its lease may still act,
+//!   and an asynchronously replicated Redis can grant a lock twice in a failover. Exactness needs
+//!   the resource to check fencing tokens ([`FencedStore`], [fencing](guide::fencing)) and, for
+//!   data, a deployment that keeps grants through a failover ([deployments](guide::deployments)).
 //!
-//! ## Metrics
-//! With the feature `metrics`, acquisitions, waits, holds, lost leases, renewals, releases and
-//! the leases held and tasks waiting are recorded on the [`metrics`](https://docs.rs/metrics)
-//! facade, labelled by backend name and key template (never the rendered key); see
-//! `describe_metrics` and [`Lock::template`].
+//! ## Features
+//! | feature | adds |
+//! |---|---|
+//! | `tls` | `rediss://` URLs, through rustls |
+//! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
+//! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |
+//! | `axum` | `impl IntoResponse for LockError`: 409 with `Retry-After` when busy, 503 when the backend is unavailable |
 //!
-//! See `docs/` in the repository for the design decisions, the ACL a lock user needs, the
-//! metrics, and operations.
+//! None is on by default; without one, its dependencies are not built.
+//!
+//! ## Runtime
+//! distlock runs on [tokio](https://docs.rs/tokio) only: its async functions must be awaited
+//! inside a tokio runtime (with the time driver on), and panic outside one.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs`: items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 // Every function reads top to bottom in one screen (the threshold is in clippy.toml).
 #![warn(clippy::too_many_lines)]
@@ -71,6 +97,7 @@ mod extend;
 mod fenced;
 mod glob;
 mod guard;
+pub mod guide;
 mod hooks;
 mod key;
 mod key_events;
@@ -99,6 +126,7 @@ mod web;
 pub mod __private;
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use crate::metrics::describe_metrics;
 pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
 pub use backend::{
@@ -161,3 +189,8 @@ pub use stats::{StatsSnapshot, WAIT_BUCKETS};
 /// # }
 /// ```
 pub use distlock_macros::distributed_lock;
+
+// The README's examples are compiled (and run) as doc tests too; the README is the crates.io page.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
