@@ -28,8 +28,9 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "distlock", version)]
 struct Cli {
-    /// The lock backend: redis://, rediss://, redis-sentinel://, redis-cluster://, or three or
-    /// more comma-separated redis:// URLs (Redlock) — the URL your services use.
+    /// The lock backend: redis://, rediss://, unix://, redis-sentinel://, redis-cluster://,
+    /// etcd:// (built with the `etcd` feature), or three or more comma-separated redis:// URLs
+    /// (Redlock) — the URL your services use.
     #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
     /// The key prefix your services use.

@@ -116,16 +116,51 @@ use proc_macro::TokenStream;
 /// The keys are rendered from borrows of the arguments before the body runs, so the body may
 /// still move them.
 ///
+/// # Errors
+///
+/// Besides the body's own errors, the generated function returns `Err(E::from(err))` for these
+/// `LockError`s (those of `distlock::Lock::run`):
+///
+/// - `LockError::Busy` — the lock stayed held by someone else for the whole `wait` (or at the
+///   one try made without a `wait`);
+/// - `LockError::Lost` — the lease was lost while the body ran: with `on_lost = "checkpoint"`,
+///   at the next checkpoint; with `"abort"`, once the loss is detected (the body is dropped);
+///   never with `"ignore"`;
+/// - `LockError::NotConfigured` — `backend` names a backend that is not registered (for
+///   `"default"`: nor set by `DISTLOCK_URL`);
+/// - `LockError::InvalidConfig` — `"default"`, built from the environment at its first use, found
+///   a bad variable (the error names it);
+/// - `LockError::InvalidKey` — a rendered key is empty or longer than the backend's
+///   `max_key_len`;
+/// - `LockError::NestedKind` — an enclosing locked call of the same task holds a key in a way
+///   that does not cover this lock (a write lock inside a read lock, a semaphore and a lock on
+///   one key);
+/// - `LockError::ShutDown` — the backend was shut down;
+/// - `LockError::ReplicasNotAcknowledged` — with `min_replicas`, too few replicas acknowledged
+///   the grant in time;
+/// - `LockError::Backend` — the server failed and the wait budget is spent, or it refused the
+///   release notifications a waiting call subscribes to.
+///
+/// Mistakes in the attribute's arguments are compile errors, never one of these.
+///
+/// # Panics
+///
+/// As `distlock::Lock::acquire`: the generated future panics when polled outside a Tokio
+/// runtime (taking a lock may start the backend's watchdog task), and, when it has to wait, on a
+/// runtime built without its time driver.
+///
 /// # Cancel safety
 ///
-/// The generated future can be dropped at any point — a web handler whose client disconnected,
-/// `tokio::time::timeout`, `select!` — and no lock stays held for longer than one round trip plus
-/// a small margin: an acquire whose request may have run on the server is released in the
-/// background with its owner token, a body that was running stops being renewed at once and its
-/// lock is released in the background, a release in flight is finished in the background, and
-/// the next task of this process waiting for the key gets its turn. The background work runs on
-/// the current tokio runtime; if none is left (the runtime is shutting down), the lock expires by
-/// its TTL, counted in `Backend::stats().left_to_expire`. See `distlock::Lock::run`.
+/// Cancel safe for the lock; the work is only as cancel safe as the body, which is dropped at
+/// the `.await` it has reached. The generated future can be dropped at any point — a web handler
+/// whose client disconnected, `tokio::time::timeout`, `select!` — and no lock stays held for
+/// longer than one round trip plus a small margin: an acquire whose request may have run on the
+/// server is released in the background with its owner token, a body that was running stops
+/// being renewed at once and its lock is released in the background, a release in flight is
+/// finished in the background, and the next task of this process waiting for the key gets its
+/// turn. The background work runs on the current tokio runtime; if none is left (the runtime is
+/// shutting down), the lock expires by its TTL, counted in `Backend::stats().left_to_expire`.
+/// See `distlock::Lock::run`.
 ///
 /// # What the function must look like
 ///

@@ -1,8 +1,9 @@
 //! Acquiring one key: take the process-local turn, then contend on the server — one round trip
 //! when the lock is free, release notifications plus jittered backoff while it is busy, and
 //! same-owner retries when a reply is lost. A turn may come with the lock already granted: the
-//! previous local holder's release transferred it (*Local transfer* in docs/design.md), and the
-//! task holds it without asking the server; or with a place in the lock's queue (that
+//! previous local holder's release transferred it (a local transfer: the release script grants
+//! the lock to the owner token this task pledged, in the same round trip; see `release.rs`), and
+//! the task holds it without asking the server; or with a place in the lock's queue (that
 //! release handed the lock to another process), and the task waits for its handover first.
 
 use crate::backend::handle::BackendInner;
@@ -39,6 +40,7 @@ impl Request<'_> {
     /// its own.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping this future at any point leaves nothing held for longer than one round trip:
     /// queued behind a local turn, it leaves the queue (a turn handed to it in that instant is
     /// passed on, and a lock transferred with it released in the background); holding the
@@ -152,6 +154,7 @@ impl Request<'_> {
     /// by a request sent at that instant, for that grant time), and waits before it asks.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future drops `attempt`: with a request in flight, a reply lost, or its place
     /// in the lock's queue recorded, it releases in the background, with its owner token,
     /// whatever that request may have taken or been handed over (and gives the place up);
@@ -247,6 +250,7 @@ impl Request<'_> {
     /// Sends one acquire request: its outcome and when it was sent.
     ///
     /// # Cancel safety
+    /// Not cancel safe on its own: the request may still take the lock.
     /// Dropping the future leaves `attempt.in_flight` set: the attempt, dropped with it,
     /// releases in the background whatever the request may have taken.
     async fn ask(
@@ -284,6 +288,7 @@ impl Request<'_> {
     /// `Ok(Some)`: the lock was handed over meanwhile; `Ok(None)`: ask again.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future while it subscribes or waits drops nothing the caller holds: the
     /// attempt, dropped with it, gives up whatever place and handover it has (see `contend`).
     async fn on_busy(
@@ -344,6 +349,7 @@ impl Request<'_> {
     /// release between the busy reply and the subscription is caught by that re-check).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future drops the subscription being made; the attempt keeps the one it had.
     async fn subscribe(
         &self,
@@ -414,6 +420,7 @@ impl Request<'_> {
     /// the wait budget is spent.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future during its backoff drops the attempt with it (see `contend`).
     async fn on_failure(
         &self,

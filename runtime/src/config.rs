@@ -23,7 +23,8 @@ pub const ENV_PREFIX: &str = "DISTLOCK_PREFIX";
 /// (off). See [`BackendBuilder::min_replicas`](crate::BackendBuilder::min_replicas).
 pub const ENV_MIN_REPLICAS: &str = "DISTLOCK_MIN_REPLICAS";
 /// How long a grant or renewal waits for the replicas, a duration such as `200ms`; default
-/// 200 ms. See [`BackendBuilder::replica_timeout`](crate::BackendBuilder::replica_timeout).
+/// 200 ms, or a quarter of the watchdog lease when that is less. See
+/// [`BackendBuilder::replica_timeout`](crate::BackendBuilder::replica_timeout).
 pub const ENV_REPLICA_TIMEOUT: &str = "DISTLOCK_REPLICA_TIMEOUT";
 /// For `rediss://`: a PEM file of the CA certificate(s) to trust instead of the web PKI roots.
 pub const ENV_TLS_CA_FILE: &str = "DISTLOCK_TLS_CA_FILE";

@@ -29,6 +29,7 @@ pub(crate) fn current() -> Option<Arc<Frame>> {
 /// Runs `body` with `frame` as the task's call context.
 ///
 /// # Cancel safety
+/// As cancel safe as `body`.
 /// Dropping the future drops `body` and the frame with it.
 pub(crate) async fn scope<F: Future>(frame: Arc<Frame>, body: F) -> F::Output {
     CURRENT.scope(frame, body).await
@@ -81,6 +82,12 @@ impl Frame {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// # Errors
+/// - [`LockError::Lost`] once a lock of this call, or of a locked call around it, is lost or
+///   its validity has run out; the error names the key and the reason.
+/// - [`LockError::NoContext`] outside a locked call, including in a task spawned from one
+///   (the context does not follow `tokio::spawn`).
 pub fn checkpoint() -> Result<(), LockError> {
     CURRENT
         .try_with(|frame| frame.check())

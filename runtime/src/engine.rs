@@ -196,6 +196,7 @@ impl EngineFailure {
 /// touches (one script call per server).
 ///
 /// # Cancel safety
+/// Not cancel safe: a request already sent may still take effect.
 /// A future of these methods dropped after its request left may still have its effect on the
 /// server, exactly like a lost reply; callers treat both the same way (the acquire path
 /// releases with the owner token, the release path finishes in the background).

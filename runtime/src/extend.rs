@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 /// moves to the request's send time plus that TTL less drift — never past the server's TTL.
 ///
 /// # Cancel safety
+/// Cancel safe.
 /// Dropped after sending, the server may keep the keys longer than the leases' validity, which
 /// stays where it was: conservative, never unsafe.
 pub(crate) async fn extend<'a>(

@@ -83,7 +83,11 @@ impl LockGuard {
         self.leases().map(|lease| lease.key.as_str())
     }
 
-    /// `Ok` while every key is held and valid, `Err(LockError::Lost)` otherwise.
+    /// `Ok` while every key is held and valid.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] for the first key (in canonical order) whose lease is lost or whose
+    /// validity ran out, with the reason.
     pub fn check(&self) -> Result<(), LockError> {
         self.leases().try_for_each(|lease| lease.check())
     }
@@ -96,7 +100,8 @@ impl LockGuard {
     /// Resolves when any key's lease is lost, with the `LockError::Lost` describing it.
     ///
     /// # Cancel safety
-    /// Only observes: dropping the future changes nothing, and it can be awaited again.
+    /// This method is cancel safe. It only observes: dropping the future changes nothing, and
+    /// it can be awaited again.
     pub async fn lost(&self) -> LockError {
         let losses = self.leases().map(|lease| {
             Box::pin(async move {
@@ -147,9 +152,9 @@ impl LockGuard {
     ///   shorter than that).
     ///
     /// # Cancel safety
-    /// Safe to drop: an extension sent but not confirmed may lengthen the keys' TTLs on the
-    /// server, never the local validity, so the guard's view stays conservative; dropping the
-    /// guard still releases the keys.
+    /// This method is cancel safe. An extension sent but not confirmed may lengthen the keys'
+    /// TTLs on the server, never the local validity, so the guard's view stays conservative;
+    /// calling it again is safe, and dropping the guard still releases the keys.
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
         self.check()?;
         if self.leases().any(|lease| lease.renewing) {
@@ -177,10 +182,17 @@ impl LockGuard {
     /// returned error, and its release goes on in the background, with backoff, until its lease
     /// would have expired anyway.
     ///
+    /// # Errors
+    /// [`LockError::Backend`] for the first key whose release the server did not confirm in
+    /// three tries (unreachable, no answer in time, a failover under way). Every other key's
+    /// release was still made, and the releases that failed go on in the background. A key
+    /// found expired or taken over is not an error: see [`Released`].
+    ///
     /// # Cancel safety
-    /// Dropping this future before it completes, even with a release in flight, finishes the
-    /// release in the background: the keys are free one round trip later either way. (With no
-    /// runtime left to run it, they expire by their TTL, counted in
+    /// This method is cancel safe: only its outcome is lost. Dropping this future before it
+    /// completes, even with a release in flight, finishes the release in the background: the
+    /// keys are free one round trip later either way. (With no runtime left to run it, they
+    /// expire by their TTL, counted in
     /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire).)
     pub async fn release(mut self) -> Result<Released, LockError> {
         let leases = self.take_leases();
@@ -203,6 +215,7 @@ impl LockGuard {
     /// Runs `body` in the task-local context of this guard's keys, with the lost-lease policy.
     ///
     /// # Cancel safety
+    /// As cancel safe as `body`.
     /// Dropping the future drops the body; the guard, owned by the caller, releases when it is
     /// dropped in turn.
     pub(crate) async fn run_body<F: Future>(

@@ -113,6 +113,7 @@ pub(crate) mod local_changes {
     /// Checks now and after every change, until `check` holds or `limit` passes.
     ///
     /// # Cancel safety
+    /// As cancel safe as `check`.
     /// Holds nothing: dropped, it just stops checking.
     pub(crate) async fn until(limit: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + limit;

@@ -48,6 +48,7 @@ impl KeyEventSender {
     /// Resolves when nobody listens any more.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Only observes: dropping the future changes nothing.
     pub(crate) async fn closed(&self) {
         self.0.closed().await

@@ -320,6 +320,7 @@ impl HeldLease {
     /// one timer for all leases.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Only observes; dropping the future changes nothing.
     pub(crate) async fn lost(&self) -> LostReason {
         let mut receiver = self.lost.subscribe();

@@ -136,8 +136,9 @@ impl Lock {
 
     /// The key's template: the key with its variable parts named rather than filled in, such as
     /// `"invoice:<id>"` for `Lock::new(format!("invoice:{id}"))`. With the `metrics` feature it
-    /// is the `lock` label of every metric this lock emits (listed in the repository's
-    /// `docs/design.md`, *Metrics*); without it, it is not kept. It never changes the key.
+    /// is the `lock` label of every metric this lock emits (the metrics are listed in
+    /// [the operating chapter](crate::guide::operating)); without it, it is not kept. It never
+    /// changes the key.
     /// Default: `"untemplated"` — never the rendered key, which would make a time series per
     /// key. `#[distributed_lock]` sets it to the `key` (or `keys`) it was given.
     ///
@@ -192,9 +193,40 @@ impl Lock {
     /// retried after a backoff while the wait budget lasts; when it is spent the error is
     /// returned, and any lock the lost replies may have taken is released.
     ///
+    /// # Errors
+    /// Nothing is held when an error is returned: keys taken before the error are released first
+    /// (all or none).
+    /// - [`LockError::Busy`] when a key stayed held by another owner, or by another task of this
+    ///   process, for the whole wait budget (or at the one try made without a
+    ///   [`wait`](Self::wait)).
+    /// - [`LockError::Backend`] when the server failed and the wait budget is spent (without one:
+    ///   at the first failure; a lost reply is first retried at once, up to three in a row), or
+    ///   refused the release notifications a waiting call subscribes to (a user without the rights
+    ///   to the release channels).
+    /// - [`LockError::ReplicasNotAcknowledged`] when, with
+    ///   [`min_replicas`](crate::BackendBuilder::min_replicas), fewer replicas acknowledged the
+    ///   grant in time; the lock was released again.
+    /// - [`LockError::ShutDown`] once the backend was shut down ([`Backend::shutdown`]): before the
+    ///   call, while it waited, or while its grant was on the way (the grant is given back).
+    /// - [`LockError::InvalidKey`] for a key that is empty, longer than the backend's
+    ///   [`max_key_len`](crate::BackendBuilder::max_key_len), or holds `{`, `}` or a control
+    ///   character, and for a lock without keys ([`Lock::keys`] of nothing).
+    /// - [`LockError::InvalidConfig`] for a fixed lease shorter than [`MIN_LEASE`] (100 ms), for
+    ///   [`LockKind::Permits`] of 0 or over several keys, and when the `"default"` backend, built
+    ///   from the environment at its first use, finds a bad variable (the error names it).
+    /// - [`LockError::NotConfigured`] when the backend named by [`backend`](Self::backend)
+    ///   (`"default"` unless set) is neither registered nor given by a [`testing`](crate::testing)
+    ///   scope, nor, for `"default"`, set by `DISTLOCK_URL`.
+    ///
+    /// # Panics
+    /// Panics when polled outside a Tokio runtime: taking a lock may start the backend's watchdog,
+    /// the task that renews leases, with `tokio::spawn`. A call that has to wait (a busy lock, a
+    /// failed round trip) uses Tokio's timers, which panic on a runtime built without its time
+    /// driver.
+    ///
     /// # Cancel safety
-    /// Dropping this future at any point leaves no lock held for longer than one round trip
-    /// plus a small margin:
+    /// This method is cancel safe. Dropped at any point, it leaves no lock held for longer than
+    /// one round trip plus a small margin:
     /// - waiting for the local turn (another task of this process holds or contends for the
     ///   key): the waiter leaves the queue;
     /// - with an acquire request in flight, or after a reply was lost: the lock the request may
@@ -226,18 +258,33 @@ impl Lock {
     /// the outermost call releases them. A failed release is logged, never returned: the body's
     /// work is done.
     ///
-    /// Errors: acquisition failures, and with [`OnLost::Abort`] `LockError::Lost` when the lease
-    /// was lost before the body finished.
+    /// # Errors
+    /// - Every error of [`acquire`](Self::acquire), for the keys this call acquires; the body has
+    ///   not run.
+    /// - [`LockError::NestedKind`] when an enclosing call of this task holds one of the keys on the
+    ///   same backend in a way that does not cover this lock (a write lock inside a read lock, a
+    ///   semaphore and a lock on one key); the body has not run.
+    /// - [`LockError::Lost`], with [`OnLost::Abort`] only, when a lease was lost before the body
+    ///   finished; the body was dropped at the `.await` it had reached. With [`OnLost::Checkpoint`]
+    ///   and [`OnLost::Ignore`] the body's output is returned even after a loss: a
+    ///   [`checkpoint()`](crate::checkpoint) in the body reports it through the body's own output.
+    ///
+    /// When every key is held already by an enclosing call, nothing is acquired, and only the
+    /// backend's lookup (as in `acquire`) and `NestedKind` can fail.
+    ///
+    /// # Panics
+    /// As [`acquire`](Self::acquire), when the call acquires a key.
     ///
     /// # Cancel safety
-    /// Dropping this future (a disconnected client's handler, `tokio::time::timeout`,
-    /// `select!`) at any point leaves no lock held for longer than one round trip plus a small
-    /// margin: while acquiring, as for [`acquire`](Self::acquire); during the body, the body is
-    /// dropped, renewal stops at once and the lock is released in the background; with the
-    /// release in flight, the release is finished in the background (freeing the lock a transfer
-    /// to the next local task may have granted, too). The watchdog never renews
-    /// for a dropped call. With no runtime left to run a background release, the lock expires
-    /// by its TTL (counted in
+    /// Cancel safe for the lock; the work is only as cancel safe as `body`, which is dropped
+    /// wherever it stands. Dropping this future (a disconnected client's handler,
+    /// `tokio::time::timeout`, `select!`) at any point leaves no lock held for longer than one
+    /// round trip plus a small margin: while acquiring, as for [`acquire`](Self::acquire);
+    /// during the body, the body is dropped, renewal stops at once and the lock is released in
+    /// the background; with the release in flight, the release is finished in the background
+    /// (freeing the lock a transfer to the next local task may have granted, too). The watchdog
+    /// never renews for a dropped call. With no runtime left to run a background release, the
+    /// lock expires by its TTL (counted in
     /// [`StatsSnapshot::left_to_expire`](crate::StatsSnapshot::left_to_expire)).
     pub async fn run<F: Future>(self, body: F) -> Result<F::Output, LockError> {
         let backend = self.resolve_backend()?;
@@ -267,6 +314,7 @@ impl Lock {
     /// Acquires `keys` and counts the outcome.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// As `take_keys`; a cancelled acquisition counts no outcome in the metrics.
     async fn acquire_keys(
         self,
@@ -335,6 +383,7 @@ impl Lock {
     /// none).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future drops the key's acquire in progress (see `Request::acquire`) and the
     /// guard, which releases the keys taken so far in the background; dropped while the guard
     /// releases them after a failure, that release finishes in the background.

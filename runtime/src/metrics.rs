@@ -2,7 +2,8 @@
 //! process's locks do, for dashboards and alerts. Every emission of the crate goes through the
 //! small functions and guards here, called where the backend's stats (`stats.rs`) are counted.
 //! Without the feature they are empty and inlined and the types hold nothing: no dependency, no
-//! code. `docs/design.md` (*Metrics*) lists the same metrics for users.
+//! code. [The operating chapter](crate::guide::operating) of the guide lists the same metrics for
+//! users.
 //!
 //! | name | type | extra label | meaning |
 //! |---|---|---|---|
@@ -45,6 +46,7 @@ pub(crate) use imp::{
 };
 
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use imp::describe_metrics;
 
 #[cfg(feature = "metrics")]
@@ -224,6 +226,7 @@ mod imp {
         /// behind another task's turn).
         ///
         /// # Cancel safety
+        /// As cancel safe as `future`.
         /// Dropping the future drops `future` (its own cancel safety applies); a task counted as
         /// waiting stays counted until `self` is dropped.
         pub(crate) async fn unless_ready<F: Future>(&mut self, future: F) -> F::Output {
@@ -249,18 +252,29 @@ mod imp {
     /// `# HELP` lines of a Prometheus scrape). Call it once, after installing the recorder; the
     /// metrics are recorded whether or not it was called.
     ///
-    /// The metrics, their labels and their meaning are listed in the repository's
-    /// `docs/design.md`, section *Metrics*. Every metric carries the labels `backend` (the
-    /// backend's registry name) and `lock` (the key template, never the rendered key):
-    /// `distlock_acquisitions_total{outcome}`, `distlock_wait_seconds`, `distlock_hold_seconds`,
-    /// `distlock_leases_lost_total{reason}`, `distlock_renewals_total`,
-    /// `distlock_releases_total{outcome}`, `distlock_leases_held`, `distlock_tasks_waiting`.
+    /// Every metric carries the labels `backend` (the backend's registry name, `unregistered`
+    /// for one used only through [`Lock::on`](crate::Lock::on)) and `lock` (the key template,
+    /// never the rendered key; see [`Lock::template`](crate::Lock::template)):
+    ///
+    /// | name | type | extra label | meaning |
+    /// |---|---|---|---|
+    /// | `distlock_acquisitions_total` | counter | `outcome` | acquisitions that ended: `acquired`, `busy` (the wait budget ran out), `error` (any other failure) |
+    /// | `distlock_wait_seconds` | histogram | | time from the call to the lock acquired |
+    /// | `distlock_hold_seconds` | histogram | | time from the lock acquired until its call gave it up |
+    /// | `distlock_leases_lost_total` | counter | `reason` | leases lost while held, by [`LostReason`](crate::LostReason): `expired`, `gone`, `taken_over`, `max_hold_exceeded`, `shut_down` |
+    /// | `distlock_renewals_total` | counter | | leases the watchdog renewed, one per key per confirmed renewal |
+    /// | `distlock_releases_total` | counter | `outcome` | releases the server answered, by [`Released`](crate::Released): `released`, `expired`, `taken_over` |
+    /// | `distlock_leases_held` | gauge | | keys this process's calls hold now |
+    /// | `distlock_tasks_waiting` | gauge | | tasks waiting now for a lock another task or process holds |
+    ///
+    /// See also [the operating chapter](crate::guide::operating) of the guide.
     ///
     /// ```
     /// // With a recorder installed first, e.g. metrics_exporter_prometheus's
     /// // `PrometheusBuilder::new().install_recorder()`:
     /// distlock::describe_metrics();
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn describe_metrics() {
         use ::metrics::{describe_counter, describe_gauge, describe_histogram};
         describe_counter!(
@@ -383,6 +397,7 @@ mod imp {
         /// Awaits `future`.
         ///
         /// # Cancel safety
+        /// As cancel safe as `future`.
         /// Dropping the future drops `future`; its own cancel safety applies.
         #[inline]
         pub(crate) async fn unless_ready<F: Future>(&mut self, future: F) -> F::Output {

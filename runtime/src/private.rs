@@ -28,7 +28,8 @@ pub struct Spec {
 /// spec's lost-lease policy, and releases. Lock errors come back through `E: From<LockError>`.
 ///
 /// # Cancel safety
-/// As [`Lock::run`](crate::Lock::run).
+/// Cancel safe for the lock, as [`Lock::run`](crate::Lock::run); the work is only as cancel
+/// safe as `body`.
 pub async fn locked<T, E, F>(spec: &'static Spec, keys: Vec<String>, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
@@ -88,9 +89,9 @@ pub mod raw {
     /// Acquire with an explicit owner token: `Ok(Some(fence))` or `Ok(None)` when busy.
     ///
     /// # Cancel safety
-    /// Dropped after the request was sent, the lock may be taken under `token` all the same;
-    /// nothing here releases it: the caller, who chose the token, releases with it, or it expires
-    /// after `ttl`.
+    /// Not cancel safe: dropped after the request was sent, the lock may be taken under `token`
+    /// all the same; nothing here releases it: the caller, who chose the token, releases with
+    /// it, or it expires after `ttl`.
     pub async fn acquire(
         backend: &Backend,
         key: &str,
@@ -124,8 +125,8 @@ pub mod raw {
     /// telling whether the server queued the token for it (or had no room).
     ///
     /// # Cancel safety
-    /// As [`acquire`]: the caller, who chose the token, releases with it (which also takes it
-    /// out of the queue), or its place lapses after the grant time.
+    /// Not cancel safe, as [`acquire`]: the caller, who chose the token, releases with it (which
+    /// also takes it out of the queue), or its place lapses after the grant time.
     pub async fn wait_with(
         backend: &Backend,
         key: &str,
@@ -148,8 +149,8 @@ pub mod raw {
     /// Release with an explicit owner token.
     ///
     /// # Cancel safety
-    /// Dropped after the request was sent, the release may still run on the server, as with a lost
-    /// reply.
+    /// Not cancel safe: dropped after the request was sent, the release may still run on the
+    /// server, as with a lost reply.
     pub async fn release(backend: &Backend, key: &str, token: &str) -> Result<i8, LockError> {
         backend
             .inner
@@ -168,8 +169,8 @@ pub mod raw {
     /// Renew with an explicit owner token.
     ///
     /// # Cancel safety
-    /// Dropped after the request was sent, the renewal may still extend the lock on the server, as
-    /// with a lost reply.
+    /// Not cancel safe: dropped after the request was sent, the renewal may still extend the lock
+    /// on the server, as with a lost reply.
     pub async fn renew(
         backend: &Backend,
         key: &str,
@@ -298,8 +299,8 @@ pub mod raw {
     /// channels, stats counters, batched calls) — never on a timer. `false` if it never held.
     ///
     /// # Cancel safety
-    /// Holds nothing between checks: dropped, it stops checking; a check dropped mid-way is the
-    /// caller's to answer for.
+    /// As cancel safe as `check`. It holds nothing between checks: dropped, it stops checking;
+    /// a check dropped mid-way is the caller's to answer for.
     pub async fn until_local(limit: Duration, check: impl AsyncFnMut() -> bool) -> bool {
         crate::hooks::local_changes::until(limit, check).await
     }

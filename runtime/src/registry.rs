@@ -62,6 +62,12 @@ impl Registry {
     /// error, so two parts of a program cannot silently disagree about where a lock lives. A
     /// backend has one name (its errors, stats and metrics carry it): registering it under a
     /// second name is an error too — build another `Backend` for it.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] when `name` is empty, when a backend is registered under `name`
+    /// already (including `"default"`, once a lock or [`get`](Self::get) built it from the
+    /// environment), and when `backend` is registered under another name. Nothing is registered
+    /// then.
     pub fn register(&self, name: impl Into<String>, backend: Backend) -> Result<(), LockError> {
         let name = name.into();
         if name.is_empty() {
@@ -96,6 +102,13 @@ impl Registry {
     }
 
     /// The backend registered as `name` (for `"default"`, built from the environment when needed).
+    ///
+    /// # Errors
+    /// - [`LockError::NotConfigured`] when no backend is registered as `name` and, for
+    ///   `"default"`, `DISTLOCK_URL` is not set either; the hint says how to configure it.
+    /// - [`LockError::InvalidConfig`] when `"default"` is built from the environment and a
+    ///   variable is invalid, naming the variable. Nothing is registered then, and the next
+    ///   call reads the environment again.
     pub fn get(&self, name: &str) -> Result<Backend, LockError> {
         if let Some(backend) = self
             .backends

@@ -64,6 +64,7 @@ impl Released {
 /// go on being released in the background until their leases would have expired.
 ///
 /// # Cancel safety
+/// Cancel safe.
 /// Dropping this future at any point hands the keys not yet confirmed released — including the
 /// one whose release is in flight — to a background task that finishes the job.
 pub(crate) async fn release_all(
@@ -121,6 +122,7 @@ pub(crate) async fn release_all(
 /// release's notification wakes it.
 ///
 /// # Cancel safety
+/// Not cancel safe on its own: once polled, the release may still run.
 /// Dropped before its first poll, nothing was sent and the lease keeps the turn. The first poll
 /// never waits, so once polled the turn has passed, and dropping the future drops `release`,
 /// which may still run on the server: the caller (`release_all`) hands the key to a
@@ -161,6 +163,7 @@ fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64
 /// lock, and this lease's, in the background: [`transfer_left_unfinished`]).
 ///
 /// # Cancel safety
+/// Not cancel safe on its own: the transfer may still run.
 /// Dropped with a transfer in flight (or its reply lost), the successor's possible lock (or
 /// place) stays in `transfer`, and `release_all` hands this lease's key to a background release
 /// that frees the key if either token holds it ([`transfer_left_unfinished`]) — the successor
@@ -372,6 +375,7 @@ impl Drop for Unreleased<'_> {
 /// transfer, the process's waiters are refused); `true` when the server answered.
 ///
 /// # Cancel safety
+/// Not cancel safe: the release may or may not have run.
 /// Dropped midway (shutdown's bound), the release may or may not have run; the lease is left
 /// to expire by its TTL, as a dead server would leave it.
 pub(crate) async fn release_at_shutdown(backend: &Backend, lease: &HeldLease) -> bool {
@@ -431,6 +435,7 @@ impl Abandoned {
     /// ends — while the keys behind it go ahead.
     ///
     /// # Cancel safety
+    /// Never dropped by a caller.
     /// Runs as a spawned task (or at once, for an engine that answers at once), never dropped by a
     /// caller. Dropped by its runtime shutting down, the keys not yet done — the one in flight
     /// included — are counted as left to expire (`Abandoned`'s `Drop`) and expire by their TTL.
@@ -456,6 +461,7 @@ impl Abandoned {
 /// may have run, so "gone" counts as released.
 ///
 /// # Cancel safety
+/// Never dropped by a caller.
 /// Runs as a spawned task, never dropped by a caller; dropped by its runtime shutting down, it
 /// stops trying (a release in flight may still run) and the lock expires by its TTL.
 async fn retry_until_expiry(backend: Backend, lease: Arc<HeldLease>, failure: LockError) {
@@ -511,6 +517,7 @@ impl Drop for Abandoned {
 /// `maybe_released`: an earlier request for this key may have run already.
 ///
 /// # Cancel safety
+/// Not cancel safe on its own: a request already sent may still release the key.
 /// Dropped after a request was sent, the key may be released already, as after a lost reply.
 /// The foreground caller (`release_all`) then hands the key to a background release, which
 /// counts "gone" as released; the background callers are dropped only with their runtime.

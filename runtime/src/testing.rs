@@ -34,8 +34,8 @@ tokio::task_local! {
 /// ahead of the registry. See [`scope_as`].
 ///
 /// # Cancel safety
-/// Safe: dropping the future drops `body` (its locks release as any dropped call's do), and the
-/// scope ends with it.
+/// This function is as cancel safe as `body`. Dropping the future drops `body` (its locks
+/// release as any dropped call's do), and the scope ends with it.
 pub async fn scope<F: Future>(backend: Backend, body: F) -> F::Output {
     scope_as(crate::registry::DEFAULT_BACKEND, backend, body).await
 }
@@ -45,7 +45,7 @@ pub async fn scope<F: Future>(backend: Backend, body: F) -> F::Output {
 /// a task spawned inside it does not inherit it (wrap the spawned future in `scope_as` too).
 ///
 /// # Cancel safety
-/// As [`scope`].
+/// This function is as cancel safe as `body`, as [`scope`].
 pub async fn scope_as<F: Future>(name: &str, backend: Backend, body: F) -> F::Output {
     let mut backends = SCOPED
         .try_with(|outer| HashMap::clone(outer))

@@ -194,6 +194,7 @@ struct BatchOutcome {
 /// has had no lease for `IDLE_GRACE`.
 ///
 /// # Cancel safety
+/// Never dropped by a caller.
 /// A spawned task, never dropped by a caller. Dropped by its runtime shutting down, it is
 /// marked dead (`AliveGuard`) and the next registration spawns another; the batches in flight
 /// go with it, and their leases' in-flight marks are cleared (`InFlightMarks`), so that task
@@ -339,6 +340,7 @@ impl Drop for InFlightMarks {
 /// Renews one batch of leases in one engine call; the outcome is for `apply`.
 ///
 /// # Cancel safety
+/// Cancel safe: no lease relies on a renewal that was not confirmed.
 /// Dropped only with the watchdog task (see `run`). A renewal already sent may still extend
 /// the leases on the server, as with a lost reply; a lease's validity counts only confirmed
 /// renewals, so it never relies on that extension. The leases' in-flight marks are cleared by

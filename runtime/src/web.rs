@@ -32,6 +32,7 @@ use http::{header, StatusCode};
 /// assert_eq!(response.headers()["retry-after"], "3");
 /// # }
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl IntoResponse for LockError {
     fn into_response(self) -> Response {
         let status = match &self {

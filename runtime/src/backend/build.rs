@@ -27,6 +27,28 @@ struct Common {
 
 impl BackendBuilder {
     /// Checks every setting and builds the backend. Connections open lazily, on first use.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`] for the first setting that is wrong, naming it (`setting`) and
+    /// saying what is accepted (`problem`, without passwords):
+    /// - the deployment: a URL that is malformed or not a lock backend URL, `rediss://` without the
+    ///   `tls` feature, `etcd://` without the `etcd` feature, Redlock over fewer than 3 masters or
+    ///   one master twice, or a typed constructor's empty list, bad `host:port` or empty
+    ///   `master_name`;
+    /// - a value out of range: [`watchdog_lease`](Self::watchdog_lease) under 100 ms, an empty
+    ///   [`prefix`](Self::prefix) or one with `{`, `}` or a control character,
+    ///   [`max_key_len`](Self::max_key_len) or [`renew_batch`](Self::renew_batch) of 0,
+    ///   [`max_backoff`](Self::max_backoff) or [`marker_ttl`](Self::marker_ttl) under 1 ms,
+    ///   [`clock_drift_factor`](Self::clock_drift_factor) outside 0–0.5, a
+    ///   [`holder_label`](Self::holder_label) over 128 bytes or with a control character,
+    ///   [`master_timeout`](Self::master_timeout) or [`replica_timeout`](Self::replica_timeout)
+    ///   under 1 ms or not under a third of `watchdog_lease`;
+    /// - a setting the deployment does not take: `master_timeout` for anything but Redlock,
+    ///   [`min_replicas`](Self::min_replicas) for the in-process backend, a Cluster, Redlock or
+    ///   etcd, `replica_timeout` without `min_replicas`, TLS settings for anything but `rediss://`
+    ///   servers (Sentinel, Cluster and etcd do not support TLS yet);
+    /// - TLS files that could not be read or hold no PEM block, and certificates the TLS library
+    ///   refuses.
     pub fn build(self) -> Result<Backend, LockError> {
         self.check_shared()?;
         let common = Common {

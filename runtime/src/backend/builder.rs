@@ -17,7 +17,7 @@ impl Backend {
     /// `redis+unix:///path` / `unix:///path`, `memory://` for the in-process backend,
     /// `redis-cluster://[user:password@]host:port[,host:port…]` for a Redis Cluster (seed
     /// nodes), `etcd://[user:password@]host:2379[,host:2379…]` for an etcd cluster (feature
-    /// `etcd`; see [`Backend::etcd`]), or `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` for the
+    /// `etcd`; see `Backend::etcd`), or `redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]` for the
     /// primary a Sentinel group names, followed across failovers (the user info is the primary's;
     /// sentinels that require a password of their own take `sentinel_username=…` /
     /// `sentinel_password=…` in the query).

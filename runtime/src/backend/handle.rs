@@ -136,7 +136,7 @@ impl Backend {
     }
 
     /// The deployment this backend talks to: `"redis"` (one server), `"sentinel"`, `"cluster"`,
-    /// `"redlock"` or `"in-process"`.
+    /// `"redlock"`, `"etcd"` or `"in-process"`.
     pub fn deployment(&self) -> &'static str {
         self.inner.deployment
     }
@@ -171,8 +171,15 @@ impl Backend {
     /// Who holds `key` (a key as the lock was given it, before prefixing), for how long, with which
     /// token; `None` when it is free.
     ///
+    /// # Errors
+    /// - [`LockError::InvalidKey`] for a key no lock can have: empty, longer than
+    ///   [`max_key_len`](crate::BackendBuilder::max_key_len), or holding `{`, `}` or a control
+    ///   character.
+    /// - [`LockError::Backend`] when the server did not answer, refused the command, or answered
+    ///   what distlock did not write.
+    ///
     /// # Cancel safety
-    /// Read-only: dropping the future changes nothing.
+    /// This method is cancel safe. It only reads: dropping the future changes nothing.
     pub async fn inspect(&self, key: &str) -> Result<Option<Holder>, LockError> {
         crate::key::validate(key, self.inner.settings.max_key_len)?;
         self.inner
@@ -187,8 +194,13 @@ impl Backend {
     /// for the in-process backend). Needs `CONFIG GET` and `INFO`, which a lock user's ACL does
     /// not grant: run it with an operator's credentials.
     ///
+    /// # Errors
+    /// [`LockError::Backend`] when the server could not be asked: unreachable, or no answer in
+    /// time. Some failures are findings instead: on Redlock, a master that does not answer
+    /// (`unreachable`); anywhere, a setting the user may not read (`unchecked`).
+    ///
     /// # Cancel safety
-    /// Read-only: dropping the future changes nothing.
+    /// This method is cancel safe. It only reads: dropping the future changes nothing.
     pub async fn doctor(&self) -> Result<Vec<Finding>, LockError> {
         self.inner
             .engine

@@ -100,9 +100,15 @@ impl std::fmt::Debug for LockEvents {
 impl LockEvents {
     /// The next event; `None` when the backend stopped following (it was dropped).
     ///
+    /// # Errors
+    /// [`LockError::Backend`], as `Some(Err(_))`, when the lock's state could not be read after
+    /// a notification: that event is lost, and following goes on (the next call waits for the
+    /// next notification).
+    ///
     /// # Cancel safety
-    /// Cancel safe before a notification arrives; dropped while it reads the lock's state, the
-    /// event is lost (its successors are not).
+    /// Not cancel safe once a notification has arrived: dropped while it reads the lock's state,
+    /// that event is lost (the events after it are not). Dropped while it waits for a
+    /// notification, it loses nothing.
     pub async fn next(&mut self) -> Option<Result<LockEvent, LockError>> {
         let (server, event) = loop {
             match self.raw.next().await? {
@@ -174,8 +180,13 @@ impl Backend {
     /// # }
     /// ```
     ///
+    /// # Errors
+    /// [`LockError::Backend`] when a server could not be walked or a lock found could not be
+    /// inspected (unreachable, no answer in time, a command refused); no partial list is
+    /// returned.
+    ///
     /// # Cancel safety
-    /// Read-only: dropping the future changes nothing.
+    /// This method is cancel safe. It only reads: dropping the future changes nothing.
     pub async fn list(&self, pattern: &str) -> Result<Vec<HeldLock>, LockError> {
         let keys = self
             .inner
@@ -213,8 +224,16 @@ impl Backend {
     /// Nothing stops the removed holder's unfenced side effects: break a lock only when its
     /// holder is known to be dead or stuck.
     ///
+    /// # Errors
+    /// - [`LockError::InvalidKey`] for a key no lock can have: empty, longer than
+    ///   [`max_key_len`](crate::BackendBuilder::max_key_len), or holding `{`, `}` or a control
+    ///   character.
+    /// - [`LockError::Backend`] when the server did not answer or refused the command; when the
+    ///   error [is ambiguous](crate::BackendError::is_ambiguous), the lock may have been removed.
+    ///
     /// # Cancel safety
-    /// Dropping the future after the request left may still remove the lock.
+    /// Not cancel safe: dropped after its request was sent, the lock may have been removed all
+    /// the same, and the holder it removed is not reported.
     pub async fn force_unlock(&self, key: &str) -> Result<Option<Holder>, LockError> {
         crate::key::validate(key, self.inner.settings.max_key_len)?;
         self.inner
@@ -231,8 +250,21 @@ impl Backend {
     /// (Sentinel: on the new primary; Cluster: on the slot's owner). Not on the in-process
     /// backend.
     ///
+    /// # Errors
+    /// - [`LockError::InvalidKey`] for a key no lock can have: empty, longer than
+    ///   [`max_key_len`](crate::BackendBuilder::max_key_len), or holding `{`, `}` or a control
+    ///   character.
+    /// - [`LockError::Backend`] on the in-process backend, which has no events to follow; with
+    ///   [`Notifications::Require`], when a Redis server does not send the notifications (the error
+    ///   names the flags to add); when a server refuses `CONFIG` or the subscription; when it
+    ///   cannot be reached (on Redlock, an unreachable master is reported as an
+    ///   [`Interrupted`](LockEventKind::Interrupted) event instead); and when the lock's holder
+    ///   cannot be read once subscribed.
+    ///
     /// # Cancel safety
-    /// Dropping the future before it resolves leaves no subscription behind.
+    /// This method is cancel safe. Dropped before it resolves, it leaves no subscription
+    /// behind; with [`Notifications::Enable`], a `CONFIG SET` already sent may still turn the
+    /// notifications on, as asked.
     pub async fn events(
         &self,
         key: &str,

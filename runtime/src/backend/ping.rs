@@ -46,8 +46,9 @@ impl Backend {
     /// probe then says "not ready").
     ///
     /// # Cancel safety
-    /// Safe to drop at any point: a probe lock taken and not yet released expires within 2 s
-    /// (a ping meanwhile passes over it), and no lock of the application is touched.
+    /// This method is cancel safe. Dropped at any point, it leaves at most its probe lock held,
+    /// which expires within 2 s (a ping meanwhile passes over it), and no lock of the
+    /// application is touched.
     pub async fn ping(&self) -> Result<(), LockError> {
         self.refuse_when_closing()?;
         let probe = self.inner.ping_probe.lock().await;
@@ -74,6 +75,7 @@ impl Backend {
     /// Takes and releases `probe`, as a single try with a fixed lease.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped between the two, the probe lock expires within `PROBE_LEASE`; the next ping passes
     /// over it.
     async fn probe_lock(&self, probe: &str) -> Result<(), LockError> {
@@ -119,10 +121,14 @@ impl BackendBuilder {
     /// first request.
     ///
     /// # Errors
-    /// `build`'s, then `ping`'s.
+    /// - [`LockError::InvalidConfig`] for a setting [`build`](Self::build) refuses.
+    /// - [`LockError::Backend`] and [`LockError::ReplicasNotAcknowledged`] as [`Backend::ping`]
+    ///   returns them: the server is unreachable, refuses the credentials or a right locks need, or
+    ///   too few replicas acknowledge the probe.
     ///
     /// # Cancel safety
-    /// As [`Backend::ping`]: dropping it leaves at most a probe lock that expires within 2 s.
+    /// This method is cancel safe, as [`Backend::ping`]. Dropped at any point, it leaves at most
+    /// a probe lock, which expires within 2 s.
     pub async fn connect(self) -> Result<Backend, LockError> {
         let backend = self.build()?;
         backend.ping().await?;

@@ -40,11 +40,18 @@ impl Backend {
     ///
     /// # Errors
     /// [`LockError::Backend`] when some releases were not confirmed within the bound (a server
-    /// down or unreachable): those keys expire by their TTL, and the error says how many.
+    /// down or unreachable): those keys expire by their TTL, and the error says how many. It is
+    /// [ambiguous](crate::BackendError::is_ambiguous): a release without an answer may have run.
+    ///
+    /// # Panics
+    /// Panics when polled outside a Tokio runtime, or on one built without its time driver:
+    /// the bound is a Tokio timer.
     ///
     /// # Cancel safety
-    /// Dropping the future after its first poll leaves the backend closed to new locks and its
-    /// leases marked lost; releases not yet confirmed are left to expire by their TTL.
+    /// Not cancel safe: dropped after its first poll, it leaves the backend closed to new locks
+    /// and its leases marked lost, and the releases not yet confirmed are not finished (they may
+    /// or may not have run); those keys expire by their TTL. A second call does not retry them:
+    /// the leases are no longer the backend's.
     pub async fn shutdown(&self) -> Result<(), LockError> {
         self.inner.closing.store(true, Ordering::Release);
         let leases = self.inner.watchdog.take_all();
@@ -97,10 +104,17 @@ impl Registry {
     /// server stops taking requests.
     ///
     /// # Errors
-    /// The first backend's error, after every backend was shut down.
+    /// [`LockError::Backend`] when a backend's releases were not all confirmed within
+    /// [`SHUTDOWN_TIMEOUT`]: one such backend's error, returned after every backend was shut
+    /// down.
+    ///
+    /// # Panics
+    /// As [`Backend::shutdown`], when a backend is registered.
     ///
     /// # Cancel safety
-    /// As [`Backend::shutdown`], for each backend.
+    /// Not cancel safe, as [`Backend::shutdown`] for each backend: dropped after its first poll,
+    /// every backend is closed and the releases not yet confirmed are left to expire by their
+    /// TTL.
     pub async fn shutdown_all(&self) -> Result<(), LockError> {
         let backends = self.backends();
         let outcomes = join_all(backends.iter().map(Backend::shutdown)).await;

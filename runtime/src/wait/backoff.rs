@@ -59,6 +59,7 @@ impl Backoff {
 /// before each pause, so one that moves (a lease's validity) is followed.
 ///
 /// # Cancel safety
+/// As cancel safe as `attempt`.
 /// Dropped during a pause, nothing more is tried; dropped during a try, that try's own cancel
 /// safety applies.
 pub(crate) async fn retry_until<T, E, Fut>(

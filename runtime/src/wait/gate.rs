@@ -123,6 +123,7 @@ impl Gates {
     /// transfers it ([`Turn::take_transferred`]).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future leaves the queue (the ticket's `Drop`). A turn handed over just before
     /// the drop sits in the dropped channel and is dropped with it, which passes it on to the
     /// next waiter (and releases a lock transferred with it): no turn is ever lost, and no lock

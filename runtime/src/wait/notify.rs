@@ -269,6 +269,7 @@ impl ReleaseWatch {
     /// Resolves at the next release announced after registration (or after the previous call).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future loses nothing: the generation it waited for stays unseen, and the
     /// next call returns at once if it has moved.
     pub(crate) async fn released(&mut self) {

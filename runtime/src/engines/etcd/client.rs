@@ -59,6 +59,7 @@ impl Connection {
     /// may have been applied (ambiguous).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// Like a lost reply: a request already sent may still be applied. Callers treat both alike
     /// (see [`Engine`](crate::engine::Engine)).
     pub(crate) async fn call<T, F>(&self, request: impl FnOnce(Client) -> F) -> EngineResult<T>

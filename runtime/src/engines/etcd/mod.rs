@@ -133,6 +133,7 @@ impl EtcdEngine {
     /// whether the caller holds the lock now.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// Like a lost reply: the join runs to its end in a task of its own, and the caller's
     /// background release of the entry waits for it (`joining.rs`); a single try's removal of
     /// its entry, dropped, is that release's to do.
@@ -190,6 +191,7 @@ impl EtcdEngine {
     /// Renews one batch of leases of the same TTL under one new lease.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// Like a lost reply: entries may have moved to the new lease, each then held at least its
     /// TTL from the request, as a renewal asks; the watchdog counts the batch as a failed
     /// renewal and tries again.

@@ -82,6 +82,7 @@ impl EtcdEngine {
     /// the queue hold the lock from then on, with larger tokens.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// Like a lost reply: some holders may have been removed, each removal whole.
     pub(super) async fn unlock(&self, key: &str) -> EngineResult<Option<Holder>> {
         let entries = self.entries(key).await?;

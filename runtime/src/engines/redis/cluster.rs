@@ -133,6 +133,7 @@ impl ClusterEngine {
     /// The slot map, read with `CLUSTER SLOTS` if it is not known.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only (`CLUSTER SLOTS`): dropping the future leaves the map unread, for the next caller
     /// to read.
     pub(super) async fn owners(&self) -> EngineResult<Vec<(u16, u16, String)>> {
@@ -176,6 +177,7 @@ impl ClusterEngine {
     /// Answers per slot, in order.
     ///
     /// # Cancel safety
+    /// Cancel safe: no lease relies on a renewal that was not confirmed.
     /// Dropped (by the per-master bound in `renew`), the renewals already sent may still extend
     /// their leases on the server, as with lost replies; those leases are answered undecided and
     /// renewed again soon.
@@ -221,6 +223,7 @@ impl ClusterEngine {
     /// script's source.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// As [`renew_on_master`](Self::renew_on_master): a pipeline already sent may still extend its
     /// leases; nothing else is left behind.
     async fn renewal_pipeline(

@@ -17,6 +17,7 @@ impl ClusterEngine {
     /// The lock keys matching `pattern` on every master (every slot lives on one).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only: dropping the future changes nothing (at most, the slot map it read is kept).
     pub(super) async fn scan_masters(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let masters: BTreeSet<String> = self
@@ -67,6 +68,7 @@ impl ClusterEngine {
     /// the subscription is restored, so a failover or a migration moves the follower too.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// As `keyspace::follow`: dropped before it resolves, it drops the connection it opened and
     /// leaves no task.
     pub(super) async fn follow_slot_owner(

@@ -93,6 +93,7 @@ impl<B: Batched> GroupCommit<B> {
     /// Runs `item`, alone or in a batch.
     ///
     /// # Cancel safety
+    /// Not cancel safe: an item already sent may still run.
     /// Dropped while sent on its own, the item may still run (as any dropped command: the caller
     /// keeps what it needs to undo it), and the queue it held back is handed to a task. Dropped
     /// while queued, the item is still sent with its batch and [`Batched::abandoned`] undoes it.
@@ -125,6 +126,7 @@ impl<B: Batched> GroupCommit<B> {
     /// Sends `item` on its own, in an in-flight slot already taken.
     ///
     /// # Cancel safety
+    /// Not cancel safe: the item may still run.
     /// Dropped while the item is sent, it may still run (the caller keeps what it needs to undo
     /// it); the in-flight slot is given up at once (`InFlight`'s `Drop`), and the calls queued
     /// behind it go out from a task, so none of them waits on this caller.
@@ -202,6 +204,7 @@ impl<B: Batched> Drop for FlushSlot<B> {
 /// Sends the queue in batches until it is empty, then frees its in-flight slot.
 ///
 /// # Cancel safety
+/// Never dropped by a caller.
 /// Runs as a spawned task, never dropped by a caller. Dropped by its runtime shutting down
 /// (even before it first ran), its `FlushSlot` frees the slot and drops the queue: the callers
 /// of the batch in flight and of the queue get an ambiguous error, and the engine's next calls

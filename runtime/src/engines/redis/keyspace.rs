@@ -36,6 +36,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// the start; its notifications being off is an error either way.
 ///
 /// # Cancel safety
+/// Cancel safe.
 /// Dropping the future before it resolves drops the connection it opened; no task is left.
 pub(crate) async fn follow(
     source: ClientSource,
@@ -81,6 +82,7 @@ struct Subscribed {
 /// is `Failure::Unreachable`.
 ///
 /// # Cancel safety
+/// Cancel safe, as `subscribe_now`.
 /// As `subscribe_now`, which the timeout drops when it fires.
 async fn subscribe(
     source: &ClientSource,
@@ -102,6 +104,7 @@ async fn subscribe(
 /// subscribes to `lock`'s keyspace channel on a connection of its own.
 ///
 /// # Cancel safety
+/// Cancel safe.
 /// Dropping the future drops the connections it opened, and the subscription with them; a
 /// `CONFIG SET` already sent may still enable the notifications, as asked.
 async fn subscribe_now(
@@ -185,6 +188,7 @@ fn missing_flags(current: &str) -> String {
 /// nobody listens.
 ///
 /// # Cancel safety
+/// Never dropped by a caller.
 /// A spawned task, never dropped by a caller: it ends once nobody listens (`events` closed),
 /// at the latest after the subscription attempt under way (or the `UNSUBSCRIBE` it then sends,
 /// within the response timeout), and its connection and subscription end with it.

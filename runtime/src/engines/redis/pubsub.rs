@@ -146,6 +146,7 @@ impl Subscriber {
     /// server that refuses the subscription is the error.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future after the SUBSCRIBE was sent leaves the server subscribed until the
     /// channel's last local waiter leaves, which unsubscribes (in order, after the SUBSCRIBE).
     pub(crate) async fn subscribe_and_confirm(&self, channel: &str) -> EngineResult<()> {
@@ -168,6 +169,7 @@ impl Subscriber {
     /// Subscribes on the current connection (opening one if needed); returns its epoch.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped after the SUBSCRIBE was queued on the link, the server may still subscribe; the
     /// link's lock is let go with the future, so the channel's last waiter's UNSUBSCRIBE is sent
     /// after it.
@@ -181,6 +183,7 @@ impl Subscriber {
     /// Unsubscribes from `channel` on the live link, unless a waiter came back for it.
     ///
     /// # Cancel safety
+    /// Never dropped by a caller.
     /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller. An
     /// UNSUBSCRIBE not answered within the response timeout is given up on; it may still run.
     async fn unsubscribe(&self, channel: String) {
@@ -203,6 +206,7 @@ impl Subscriber {
     /// now, with a reader task that notifies `channels`.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped before the connection is made, nothing is kept (the next caller tries again); once
     /// it is made, the link and its reader task are set up with no await.
     async fn connect(&self, links: &mut Links) -> Result<(PubSubSink, u64), Failure> {
@@ -248,6 +252,7 @@ impl Subscriber {
     /// refusal switches the channel off, so that handovers go to the keys' channels.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped before the server answered, the channel may or may not be subscribed on this
     /// link; either way nothing is lost but the speed of handovers announced on it.
     async fn subscribe_handover_channel(&self, mut sink: PubSubSink) {
@@ -299,6 +304,7 @@ impl Subscriber {
     /// Ends the current link and waits until it is ended (the backend shut down).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped while waiting for the link's lock, nothing changed; after it, the link is gone.
     pub(crate) async fn close(&self) {
         if let Some(link) = self.link.lock().await.current.take() {

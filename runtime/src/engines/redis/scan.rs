@@ -36,6 +36,7 @@ pub(crate) fn key_of<'a>(prefix: &str, lock: &'a str) -> Option<&'a str> {
 /// command; the keys found, each once.
 ///
 /// # Cancel safety
+/// Cancel safe.
 /// Read-only: `SCAN` keeps no cursor on the server, so dropping the future changes nothing.
 pub(crate) async fn walk<F, Fut>(pattern: &str, mut step: F) -> redis::RedisResult<Vec<String>>
 where

@@ -238,6 +238,7 @@ impl SentinelTarget {
     /// generation it belongs to. Starts listening for announcements, if not yet.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future abandons the lookup; nothing is left half done.
     pub(crate) async fn resolve(self: &Arc<Self>) -> redis::RedisResult<(redis::Client, u64)> {
         self.keep_listening();
@@ -288,6 +289,7 @@ impl SentinelTarget {
 /// Follows `+switch-master` on one sentinel after another, for as long as the target lives.
 ///
 /// # Cancel safety
+/// Never dropped by a caller.
 /// Runs as a spawned task, never dropped by a caller: aborted when the target is dropped, or
 /// dropped with its runtime (its `AliveFlag` then lets the next `resolve` start another). Its
 /// sentinel connection goes with it.

@@ -68,6 +68,7 @@ impl ShardedSubscriber {
     /// Ends the current link (the backend shut down): its cluster connection is dropped.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped while waiting for the link's lock, nothing changed; after it, the link is gone.
     pub(crate) async fn close(&self) {
         if let Some(link) = self.link.lock().await.take() {
@@ -85,6 +86,7 @@ impl ShardedSubscriber {
     /// backoff carries it until it subscribes again); a refusal (NOPERM) is the error.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future after the SSUBSCRIBE was sent leaves the node subscribed until the
     /// channel's last local waiter leaves, which unsubscribes (in order, after the SSUBSCRIBE).
     pub(crate) async fn subscribe_and_confirm(&self, channel: &str) -> EngineResult<()> {
@@ -117,6 +119,7 @@ impl ShardedSubscriber {
     /// to `channels`) when there is none or it ended.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropped while connecting, the new connection is dropped and no link is recorded (the next
     /// caller makes one); its epoch is never used, which is harmless.
     async fn connect(
@@ -165,6 +168,7 @@ impl ShardedSubscriber {
     /// Unsubscribes from `channel` on the live link, unless a waiter came back for it.
     ///
     /// # Cancel safety
+    /// Never dropped by a caller.
     /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller. An
     /// SUNSUBSCRIBE not answered within the response timeout is given up on; it may still run.
     async fn unsubscribe(&self, channel: String) {

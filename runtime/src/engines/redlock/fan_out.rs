@@ -18,6 +18,7 @@ pub(crate) type Answers<T> = Vec<Option<EngineResult<T>>>;
 /// `timeout` counts as failed, and ambiguous (it may still run on its server).
 ///
 /// # Cancel safety
+/// Not cancel safe: requests already sent still run.
 /// Dropping the future drops the requests' futures; those already sent still run on their
 /// servers, like lost replies. Callers keep what they need to undo them (the owner token).
 pub(crate) async fn fan_out<'m, M, T, F, Fut>(

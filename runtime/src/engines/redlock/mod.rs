@@ -222,6 +222,7 @@ impl RedlockEngine {
     /// permit's slot, whose waiters do not queue: they try every slot), or a reader.
     ///
     /// # Cancel safety
+    /// Not cancel safe: votes already sent may still take the lock.
     /// Dropped mid-way, votes (and write-backs) already sent may still take the lock on some
     /// masters, and nothing is recorded in `granted_as`; the caller's acquire is in flight then,
     /// and its cleanup releases on every master with the same owner.
@@ -305,6 +306,7 @@ impl RedlockEngine {
     /// Asks every master for its vote.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`attempt`](Self::attempt).
     async fn vote(&self, vote: Vote<'_>) -> Answers<Acquired> {
         // Every vote is waited for (within the timeout) unless enough refused that no quorum
@@ -391,6 +393,7 @@ impl RedlockEngine {
     /// the grant's value, and how many granting masters record the token.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`attempt`](Self::attempt).
     async fn record(
         &self,
@@ -440,6 +443,7 @@ impl RedlockEngine {
     /// the server has one; the other masters run the script at once.
     ///
     /// # Cancel safety
+    /// Not cancel safe: releases already sent still run, the others are not sent.
     /// The grant's `granted_as` entry is taken before the first await. Dropped, the releases
     /// already sent still run and the others are not sent; the caller releases again with the same
     /// owner, by script on every master.
@@ -458,6 +462,7 @@ impl RedlockEngine {
     /// [`release_everywhere`](Self::release_everywhere) on the masters `on` marks.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_everywhere`](Self::release_everywhere).
     async fn release_where(
         &self,
@@ -608,6 +613,7 @@ impl RedlockEngine {
     /// An exclusive lock (or a permit's slot) or a reader on the lock `names`, by quorum.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`attempt`](Self::attempt), also while a failed attempt's votes are given back: the
     /// caller's acquire is still in flight, and its cleanup releases on every master.
     pub(super) async fn acquire_names(
@@ -667,6 +673,7 @@ impl RedlockEngine {
     /// attempt's ask may have queued it where it did not answer); a reader's hold is released.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_everywhere`](Self::release_everywhere).
     async fn give_back(&self, names: &KeyNames, owner: &Owner, kind: LockKind, on: &[bool]) {
         if kind == LockKind::Read {
@@ -696,6 +703,7 @@ impl RedlockEngine {
     /// Releases `owner`'s hold of the lock `names` on every master, judged by quorum.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_everywhere`](Self::release_everywhere).
     pub(super) async fn release_names(
         &self,
@@ -751,6 +759,7 @@ impl RedlockEngine {
     /// master; a lease's renewal decided by quorum.
     ///
     /// # Cancel safety
+    /// Cancel safe: no lease relies on a renewal that was not confirmed.
     /// Dropped only with the watchdog's renewal: renewals already sent may still extend the copies
     /// on their masters; a lease counts only a confirmed quorum, so it never relies on them.
     async fn renew_locks(

@@ -17,6 +17,7 @@ impl RedlockEngine {
     /// of any quorum); fewer than a quorum answering is the error.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only: dropping the future changes nothing.
     pub(super) async fn list_keys(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let answers = fan_out(
@@ -48,6 +49,7 @@ impl RedlockEngine {
     /// masters. Fewer than a quorum answering is the error (the lock may live on).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// Dropped after the requests left, the lock may still be removed (and its waiters woken) on
     /// the masters that got one, and not on the others.
     pub(super) async fn force_unlock_all(&self, key: &str) -> EngineResult<Option<Holder>> {
@@ -101,6 +103,7 @@ impl RedlockEngine {
     /// no `CONFIG` right) is the error.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future drops the follows still subscribing, with their connections; the
     /// followers already started end once the caller's `KeyEvents` is dropped, as it is with a
     /// dropped `Backend::events`.

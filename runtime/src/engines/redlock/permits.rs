@@ -27,6 +27,7 @@ impl RedlockEngine {
     /// Takes one of `permits` slots of `key` for `owner`, or finds them all busy.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As an exclusive acquire: a dropped attempt may hold a slot; the caller's cleanup releases
     /// with the same owner, which gives back every slot it may hold.
     pub(super) async fn acquire_permit(
@@ -73,6 +74,7 @@ impl RedlockEngine {
     /// Gives `owner`'s slot back (every slot, when which one is not known).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// The owner's slot is forgotten before the release is sent. Dropped, the caller releases
     /// again with the same owner (`release.rs`), which then gives back every slot it may hold.
     pub(super) async fn release_permit(

@@ -178,6 +178,7 @@ impl Node {
     /// clock counted in steps of `clock_step_us` (1 for µs).
     ///
     /// # Cancel safety
+    /// Not cancel safe: a request already sent may still take the lock.
     /// As [`acquire_many`](Self::acquire_many): a dropped call may hold the lock; the caller
     /// releases it with the same owner.
     pub(crate) async fn acquire(
@@ -217,6 +218,7 @@ impl Node {
     /// ([`Acquired::Unreplicated`]).
     ///
     /// # Cancel safety
+    /// Not cancel safe: a request already sent may still take the locks.
     /// As [`invoke`](Self::invoke): a dropped call may have taken its locks; the callers release
     /// them with the owner tokens they keep (`acquire.rs`, `batches.rs`).
     pub(crate) async fn acquire_many(
@@ -232,6 +234,7 @@ impl Node {
     /// queued).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`acquire_many`](Self::acquire_many).
     async fn acquire_calls(
         &self,
@@ -290,6 +293,7 @@ impl Node {
     /// again with the same owner.
     ///
     /// # Cancel safety
+    /// Not cancel safe: the grants may stay held.
     /// Dropped before the release answered, the grants may still be held: the caller's acquire
     /// is still in flight then (`acquire.rs`), and its cleanup releases them with the same owner.
     async fn take_back_unreplicated(
@@ -340,6 +344,7 @@ impl Node {
     /// did.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`invoke`](Self::invoke): a write-back already sent may still record `fence` where
     /// `owner` holds the lock; its acquire is still in flight then, and that acquire's cleanup
     /// releases with the same owner.
@@ -368,6 +373,7 @@ impl Node {
     /// `marker_ttl`, and announce it if anyone waits ([`release_calls`](Self::release_calls)).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
     pub(crate) async fn release(
         &self,
@@ -390,6 +396,7 @@ impl Node {
     /// gives the place up).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
     pub(crate) async fn give_back(
         &self,
@@ -410,6 +417,7 @@ impl Node {
     /// others wait for it (`release.lua`).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_by_script`](Self::release_by_script): dropped after sending, the lock may
     /// be transferred all the same; asked again, a transfer that ran answers again.
     pub(crate) async fn transfer(
@@ -431,6 +439,7 @@ impl Node {
     /// [`release_calls`](Self::release_calls) for one lock: its answer.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
     async fn release_call(
         &self,
@@ -453,6 +462,7 @@ impl Node {
     /// is followed by `release.lua` for that lock, which notifies its waiters and tells which.
     ///
     /// # Cancel safety
+    /// Not cancel safe: a release already sent may still run.
     /// As [`invoke`](Self::invoke): dropped after sending, some locks may be released; the
     /// caller finishes the release in the background (`release.rs`), where a lock already
     /// released reads as gone.
@@ -507,6 +517,7 @@ impl Node {
     /// (a conditional write that did not find it as granted; a script that failed).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
     async fn release_pipelined(
         &self,
@@ -584,6 +595,7 @@ impl Node {
     /// Sends the locks the pipeline left unanswered to `release.lua`; every lock's answer.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
     async fn release_the_rest(
         &self,
@@ -658,6 +670,7 @@ impl Node {
     /// not, and names a successor, is transferred to it.
     ///
     /// # Cancel safety
+    /// Not cancel safe: a release already sent may still run.
     /// As [`invoke`](Self::invoke): dropped after sending, the locks may be released (or
     /// transferred) all the same; callers that must know release again with the same owners,
     /// where a lock already released reads as gone and a transfer that ran answers again.

@@ -202,6 +202,7 @@ impl Node {
     /// The cluster connection (opened if needed), for calls routed by the cluster engine itself.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future abandons the connection attempt; nothing is left half done.
     pub(crate) async fn cluster_connection(&self) -> EngineResult<ClusterConnection> {
         match self.connection().await?.conn {
@@ -263,6 +264,7 @@ impl Node {
     /// name, asked for if no connection is open), for connections of other kinds (pub/sub).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future abandons the lookup; nothing is left half done.
     pub(crate) async fn current_client(&self) -> Result<redis::Client, redis::RedisError> {
         match self.connection().await {
@@ -315,6 +317,7 @@ impl Node {
     /// if it failed slowly.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future abandons an attempt in progress (the next caller makes a new one);
     /// nothing is left half open.
     async fn connection(&self) -> EngineResult<Bound> {
@@ -348,6 +351,7 @@ impl Node {
     /// and makes it the node's connection.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future abandons the attempt (the Sentinel lookup, the cluster connection); a
     /// connection is kept only once made, so nothing is left half open.
     async fn open_connection(&self) -> EngineResult<Bound> {
@@ -405,6 +409,7 @@ impl Node {
     /// Connects to the cluster (one reachable node is enough; the others are found from it).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Dropping the future drops the connection being made; the node keeps nothing of it.
     async fn bind_cluster(&self, client: &ClusterClient) -> EngineResult<Bound> {
         let connect = client.get_async_connection();
@@ -455,6 +460,7 @@ impl Node {
     /// Runs `script` by SHA; on NOSCRIPT (first use, restarted server) sends its source.
     ///
     /// # Cancel safety
+    /// Not cancel safe: a command already written may still run.
     /// Dropping the future after the command was written does not unsend it: the script may
     /// still run. Callers that must know (acquire, release) keep what is needed to undo or
     /// finish it — see `acquire.rs` and `release.rs`.
@@ -472,6 +478,7 @@ impl Node {
     /// the reply and how many replicas acknowledged the script's writes.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`invoke`](Self::invoke).
     async fn invoke_acked<T: FromRedisValue>(
         &self,
@@ -512,6 +519,7 @@ impl Node {
     /// Sends `cmd` on the node's connection (a server, or a cluster routing it by its keys).
     ///
     /// # Cancel safety
+    /// Not cancel safe in general; cancel safe for the read-only commands it is given.
     /// Dropped after sending, `cmd` may still run, as with a lost reply; the callers here send only
     /// read-only commands (`SCAN`, `CONFIG GET`, `INFO`, `ACL`).
     pub(crate) async fn raw_query<T: FromRedisValue>(
@@ -550,6 +558,7 @@ fn primary_may_have_moved(err: &redis::RedisError) -> bool {
 /// Sends `script`, followed by `WAIT` when `ack` is set, in one round trip.
 ///
 /// # Cancel safety
+/// Not cancel safe.
 /// Dropped after the commands were written, the script (and `WAIT`) may still run on the
 /// server, as with a lost reply; see [`Node::invoke`].
 async fn send(

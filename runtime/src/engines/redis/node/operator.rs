@@ -13,6 +13,7 @@ impl Node {
     /// The lock keys (without the prefix) matching `pattern` on this server (not a cluster).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only (`SCAN`): dropping the future changes nothing.
     pub(crate) async fn scan(&self, pattern: &str) -> EngineResult<Vec<String>> {
         let pattern = scan::match_pattern(&self.prefix, pattern);
@@ -29,6 +30,7 @@ impl Node {
     /// `inspect.lua`: who holds the lock on this server.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only: dropping the future changes nothing.
     pub(crate) async fn inspect(&self, names: &KeyNames) -> EngineResult<Option<Holder>> {
         let reply: Vec<Value> = self
@@ -41,6 +43,7 @@ impl Node {
     /// the token marker one above its token; the holder it removed.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`invoke`](Self::invoke): dropped after sending, the lock may still be removed and its
     /// waiters woken.
     pub(crate) async fn force_unlock(
@@ -71,6 +74,7 @@ impl Node {
     /// that cannot be reached is the error.
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only (`CONFIG GET`, `INFO`, `ACL`): dropping the future changes nothing.
     pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::doctor::Finding>> {
         let mut settings = Vec::new();
@@ -106,6 +110,7 @@ impl Node {
     /// ≥ 7.0, and a right of its own: without it the check is reported unchecked).
     ///
     /// # Cancel safety
+    /// Cancel safe.
     /// Read-only (`ACL WHOAMI`, `ACL DRYRUN`): dropping the future changes nothing.
     pub(crate) async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
         let user: String = match self

@@ -12,6 +12,7 @@ impl Node {
     /// a lease extended on the primary but not acknowledged by the replicas wanted.
     ///
     /// # Cancel safety
+    /// Cancel safe: no lease relies on a renewal that was not confirmed.
     /// As [`invoke`](Self::invoke): a renewal already sent may still extend the leases; the
     /// watchdog counts only confirmed renewals, so no lease relies on it.
     pub(crate) async fn renew(

@@ -15,6 +15,7 @@ impl Node {
     /// ([`Acquired::Unreplicated`]).
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`invoke`](Self::invoke): a dropped call may hold the key; the caller's cleanup
     /// releases it with the same owner.
     pub(crate) async fn acquire_shared(
@@ -88,6 +89,7 @@ impl Node {
     /// `shared_release.lua`: the reader or permit `owner` of `lock` (already prefixed) leaves.
     ///
     /// # Cancel safety
+    /// Not cancel safe.
     /// As [`invoke`](Self::invoke): dropped after sending, the holder may have left all the same;
     /// the caller releases again with the same owner (`release.rs`, or an acquire's cleanup),
     /// where a holder already gone reads as gone.
