@@ -5,6 +5,9 @@
 //! A cycle means two layers each need the other — the engine trait importing the backend handle
 //! that holds engines, say — and this test names the files and the lines that close it.
 
+mod source;
+
+use source::rust_files;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -19,17 +22,6 @@ struct Source {
     paths: Vec<(usize, ModPath, Vec<String>, bool)>,
     /// Re-exported name → the path it re-exports.
     reexports: HashMap<String, Vec<String>>,
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// The module a file is, by the usual layout (`a/mod.rs` and `a.rs` are `a`).

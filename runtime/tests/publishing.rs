@@ -4,6 +4,9 @@
 //! `cargo package` (run by `.ci/run`) checks that the packages build from what they contain;
 //! these checks cover what it does not.
 
+mod source;
+
+use source::rust_files;
 use std::path::{Path, PathBuf};
 
 /// The workspace's root.
@@ -108,17 +111,6 @@ fn published_packages_carry_their_metadata() {
         missing.push("Cargo.toml: a `repository` before the project has one".to_string());
     }
     assert!(missing.is_empty(), "missing:\n{}", missing.join("\n"));
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|ext| ext == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// Public items behind `#[cfg(feature = "…")]` (items, re-exports and trait impls) whose
