@@ -1,6 +1,7 @@
 //! # distlock
 //!
-//! Correct Redis-backed distributed locks from one attribute.
+//! Distributed locks from one attribute, on Redis (one server, Sentinel, Cluster, Redlock), etcd
+//! or in the process, with fencing tokens a resource can check.
 //!
 //! ```
 //! use distlock::{distributed_lock, Backend, LockError, Registry};
@@ -32,12 +33,12 @@
 //! ```
 //!
 //! ## What the attribute does
-//! It expands the function into: acquire (one round trip: a script that sets the lock if absent,
-//! with a TTL, and issues a fencing token), wait if it is busy (woken by the release, with
+//! It expands the function into: acquire (on Redis, one round trip: a script that sets the lock if
+//! absent, with a TTL, and issues a fencing token), wait if it is busy (woken by the release, with
 //! jittered backoff as a safety net), run the body while the backend's watchdog renews the lease
-//! and the body is stopped between steps if the lease is lost, then release with an
-//! ownership-checked script — on return, `?`, panic or cancellation. The same machinery is
-//! available by hand through [`Lock`].
+//! and the body is stopped between steps if the lease is lost, then release, checking ownership,
+//! on return, `?`, panic or cancellation. The same machinery is available by hand through
+//! [`Lock`].
 //!
 //! ## The guide
 //! | chapter | answers |
@@ -54,11 +55,13 @@
 //!
 //! ## Guarantees, and their limits
 //! - A lock is released only by its owner (a fresh 20-byte random token per acquisition).
-//! - Fencing tokens strictly increase per key, even after the token marker a release leaves is lost.
+//! - Fencing tokens of exclusive and write locks strictly increase per key, even after the token
+//!   marker a release leaves is lost, as long as the server's clock does not step back by more
+//!   than a lease.
 //! - Validity is tracked locally on a monotonic clock: a paused process learns at its next
 //!   [`checkpoint()`] that its lease is gone.
-//! - A dropped call leaves no lock held for longer than one round trip
-//!   ([cancellation](guide::cancellation)).
+//! - A dropped call is released in the background: within about one round trip when the server
+//!   answers, otherwise by its lease's end ([cancellation](guide::cancellation)).
 //! - A lock alone is only approximately exclusive: a holder paused past its lease may still act,
 //!   and an asynchronously replicated Redis can grant a lock twice in a failover. Exactness needs
 //!   the resource to check fencing tokens ([`FencedStore`], [fencing](guide::fencing)) and, for
@@ -70,7 +73,7 @@
 //! | `tls` | `rediss://` URLs, through rustls |
 //! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
 //! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |
-//! | `axum` | `impl IntoResponse for LockError`: 409 with `Retry-After` when busy, 503 when the backend is unavailable |
+//! | `axum` | `impl IntoResponse for LockError`: 409 when busy (with `Retry-After` when the server said how long the holder has left), 503 when the backend is unavailable, 500 otherwise |
 //!
 //! None is on by default; without one, its dependencies are not built.
 //!
