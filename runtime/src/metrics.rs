@@ -252,22 +252,11 @@ mod imp {
     /// `# HELP` lines of a Prometheus scrape). Call it once, after installing the recorder; the
     /// metrics are recorded whether or not it was called.
     ///
-    /// Every metric carries the labels `backend` (the backend's registry name, `unregistered`
-    /// for one used only through [`Lock::on`](crate::Lock::on)) and `lock` (the key template,
-    /// never the rendered key; see [`Lock::template`](crate::Lock::template)):
-    ///
-    /// | name | type | extra label | meaning |
-    /// |---|---|---|---|
-    /// | `distlock_acquisitions_total` | counter | `outcome` | acquisitions that ended: `acquired`, `busy` (the wait budget ran out), `error` (any other failure) |
-    /// | `distlock_wait_seconds` | histogram | | time from the call to the lock acquired |
-    /// | `distlock_hold_seconds` | histogram | | time from the lock acquired until its call gave it up |
-    /// | `distlock_leases_lost_total` | counter | `reason` | leases lost while held, by [`LostReason`](crate::LostReason): `expired`, `gone`, `taken_over`, `max_hold_exceeded`, `shut_down` |
-    /// | `distlock_renewals_total` | counter | | leases the watchdog renewed, one per key per confirmed renewal |
-    /// | `distlock_releases_total` | counter | `outcome` | releases the server answered, by [`Released`](crate::Released): `released`, `expired`, `taken_over` |
-    /// | `distlock_leases_held` | gauge | | keys this process's calls hold now |
-    /// | `distlock_tasks_waiting` | gauge | | tasks waiting now for a lock another task or process holds |
-    ///
-    /// See also [the operating chapter](crate::guide::operating) of the guide.
+    /// The metrics (`distlock_acquisitions_total`, `distlock_wait_seconds`,
+    /// `distlock_hold_seconds`, `distlock_leases_lost_total`, `distlock_renewals_total`,
+    /// `distlock_releases_total`, `distlock_leases_held`, `distlock_tasks_waiting`), their labels
+    /// and what each counts: [the operating chapter](crate::guide::operating#metrics) of the
+    /// guide.
     ///
     /// ```
     /// // With a recorder installed first, e.g. metrics_exporter_prometheus's
