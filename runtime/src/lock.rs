@@ -226,7 +226,8 @@ impl Lock {
     ///
     /// # Cancel safety
     /// This method is cancel safe. Dropped at any point, it leaves no lock held for longer than
-    /// one round trip plus a small margin:
+    /// one round trip plus a small margin when the server answers (a background release that
+    /// gets no answer is retried until the lease would have ended):
     /// - waiting for the local turn (another task of this process holds or contends for the
     ///   key): the waiter leaves the queue;
     /// - with an acquire request in flight, or after a reply was lost: the lock the request may
@@ -279,7 +280,8 @@ impl Lock {
     /// Cancel safe for the lock; the work is only as cancel safe as `body`, which is dropped
     /// wherever it stands. Dropping this future (a disconnected client's handler,
     /// `tokio::time::timeout`, `select!`) at any point leaves no lock held for longer than one
-    /// round trip plus a small margin: while acquiring, as for [`acquire`](Self::acquire);
+    /// round trip plus a small margin when the server answers, nor past its lease when it does
+    /// not: while acquiring, as for [`acquire`](Self::acquire);
     /// during the body, the body is dropped, renewal stops at once and the lock is released in
     /// the background; with the release in flight, the release is finished in the background
     /// (freeing the lock a transfer to the next local task may have granted, too). The watchdog
