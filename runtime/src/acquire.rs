@@ -273,7 +273,7 @@ impl Request<'_> {
                 self.terms.kind,
             )
             .await;
-        #[cfg(feature = "__test-hooks")]
+        #[cfg(distlock_test_hooks)]
         {
             let delay = hooks::read(&self.backend.inner.hooks).acquire_reply_delay;
             if !delay.is_zero() {

@@ -280,19 +280,19 @@ pub(crate) trait Engine: Send + Sync + 'static {
     fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>>;
 
     /// Channels with at least one local waiter (for tests of cleanup).
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize;
 
     /// Calls that waited for a batch (group commit) instead of going out on their own, since
     /// the engine was built; engines that do not batch answer 0.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn batched_calls(&self) -> u64 {
         0
     }
 
     /// Renewal round trips sent since the engine was built, where the engine groups renewals
     /// itself (Redis Cluster: one per master per period); engines that do not answer 0.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn renewal_round_trips(&self) -> u64 {
         0
     }

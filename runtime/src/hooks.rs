@@ -1,8 +1,9 @@
 //! Knobs only tests turn, to make a race or a fallback deterministic. A leaf: it imports nothing
 //! of the crate, so every layer that has a race to widen can read it.
 //!
-//! The knobs exist only with the internal feature `__test-hooks` (the test suite enables it);
-//! in every other build the hooks are a zero-sized handle and [`read`] returns the defaults, all
+//! The knobs exist only under `cfg(distlock_test_hooks)`, which runtime/build.rs sets for this
+//! repository's debug builds (the test suite's) and no dependent crate can set; in every other
+//! build the hooks are a zero-sized handle and [`read`] returns the defaults, all
 //! off.
 
 use std::time::Duration;
@@ -16,14 +17,14 @@ pub(crate) struct TestHooks {
     pub(crate) subscribe_delay: Duration,
     /// A pause before an acquire reply is acted on: the window in which a handover's message,
     /// on the notification connection, overtakes the reply that queued the caller.
-    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
     pub(crate) acquire_reply_delay: Duration,
     /// A pause before a local transfer's reply is acted on: the window in which the releasing
     /// call is cancelled, or its successor leaves, after the transfer ran.
-    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
     pub(crate) transfer_reply_delay: Duration,
     /// The reply to a local transfer's first request is treated as lost after the transfer ran.
-    #[cfg_attr(not(feature = "__test-hooks"), allow(dead_code))]
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
     pub(crate) lose_first_transfer_reply: bool,
     /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
     pub(crate) backoff_floor: Duration,
@@ -39,12 +40,12 @@ pub(crate) struct TestHooks {
 }
 
 /// Shared by the backend handle and its engine.
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SharedHooks(std::sync::Arc<std::sync::Mutex<TestHooks>>);
 
-/// Shared by the backend handle and its engine: nothing to share without `__test-hooks`.
-#[cfg(not(feature = "__test-hooks"))]
+/// Shared by the backend handle and its engine: nothing to share without the test hooks.
+#[cfg(not(distlock_test_hooks))]
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SharedHooks {
     _nothing: (),
@@ -52,11 +53,11 @@ pub(crate) struct SharedHooks {
 
 /// The current hooks (a copy: hooks are read, never held).
 pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     {
         *hooks.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-    #[cfg(not(feature = "__test-hooks"))]
+    #[cfg(not(distlock_test_hooks))]
     {
         let _ = hooks;
         TestHooks::default()
@@ -64,7 +65,7 @@ pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
 }
 
 /// Changes the hooks.
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 pub(crate) fn set(hooks: &SharedHooks, change: impl FnOnce(&mut TestHooks)) {
     change(&mut hooks.0.lock().unwrap_or_else(|e| e.into_inner()));
 }
@@ -72,13 +73,13 @@ pub(crate) fn set(hooks: &SharedHooks, change: impl FnOnce(&mut TestHooks)) {
 /// Marks a change of local state that tests wait on — a local queue or turn, a watched channel,
 /// a stats counter, a batched call: dropped, it wakes the waits of
 /// `__private::raw::until_local` and `wait_local`. Declared first in a function, it signals
-/// after the function's locks are released. Does nothing without `__test-hooks`.
+/// after the function's locks are released. Does nothing without the test hooks.
 pub(crate) struct LocalChange;
 
 impl Drop for LocalChange {
     #[inline]
     fn drop(&mut self) {
-        #[cfg(feature = "__test-hooks")]
+        #[cfg(distlock_test_hooks)]
         local_changes::signal();
     }
 }
@@ -91,7 +92,7 @@ pub(crate) fn local_changed() {
 
 /// Waits on [`LocalChange`]s: a version counter for threads, a `Notify` for tasks. Process-wide:
 /// another test's changes only wake a wait early, which then checks again.
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 pub(crate) mod local_changes {
     use std::sync::{Condvar, Mutex, MutexGuard};
     use std::time::{Duration, Instant};

@@ -24,7 +24,7 @@ impl Owner {
     }
 
     /// A caller-chosen token, for the conformance suite's ownership tests.
-    #[cfg(any(test, feature = "__test-hooks"))]
+    #[cfg(any(test, distlock_test_hooks))]
     pub(crate) fn from_raw(token: &str) -> Owner {
         Owner(token.to_owned())
     }

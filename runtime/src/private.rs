@@ -55,9 +55,9 @@ where
 pub fn assert_from_lock_error<E: From<LockError>>() {}
 
 /// Raw store operations with caller-chosen owner tokens, and the knobs and counters distlock's
-/// own test suite reads. Compiled only with the internal feature `__test-hooks`: no build of an
+/// own test suite reads. Compiled only under `cfg(distlock_test_hooks)` (runtime/build.rs): no build of an
 /// application has an API that takes a caller-chosen owner token.
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 pub mod raw {
     use crate::backend::Backend;
     use crate::engine::{Acquired, Asker, Ownership, Renewal};

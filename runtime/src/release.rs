@@ -199,7 +199,7 @@ async fn transfer_one(
                 .engine
                 .transfer(&lease.key, &lease.owner, successor)
                 .await;
-            #[cfg(feature = "__test-hooks")]
+            #[cfg(distlock_test_hooks)]
             if let Ok(Transfer::Granted { .. } | Transfer::Queued { .. }) = outcome {
                 let hooks = crate::hooks::read(&backend.inner.hooks);
                 if !hooks.transfer_reply_delay.is_zero() {

@@ -146,13 +146,13 @@ impl Watchdog {
     }
 
     /// Times a registration woke the task since the start.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn woken(&self) -> u64 {
         self.shared.woken.load(Ordering::Relaxed)
     }
 
     /// Whether the task is running and its last look found no lease (it idles).
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn is_idle(&self) -> bool {
         let table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
         table.idle
@@ -163,7 +163,7 @@ impl Watchdog {
     }
 
     /// Leases currently registered (renewed or watched for expiry).
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn registered(&self) -> usize {
         self.shared
             .table

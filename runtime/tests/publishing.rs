@@ -127,7 +127,7 @@ fn unlabelled_feature_items(source: &str) -> Vec<usize> {
             continue;
         };
         if feature.starts_with('_') {
-            continue; // internal (`__test-hooks`): not on docs.rs at all
+            continue; // internal: not on docs.rs at all
         }
         let attributes = |line: &&&str| line.starts_with("#[") || line.starts_with("///");
         let before = lines[..index].iter().rev().take_while(attributes);
@@ -168,6 +168,6 @@ fn an_unlabelled_feature_item_is_found() {
                   #[cfg(feature = \"tls\")]\n#[cfg_attr(docsrs, doc(cfg(feature = \"tls\")))]\npub fn b() {}\n\
                   #[cfg(feature = \"tls\")]\nfn private() {}\n\
                   #[cfg(feature = \"tls\")]\nimpl From<A> for B {}\n\
-                  #[cfg(feature = \"__test-hooks\")]\npub mod raw {}\n";
+                  #[cfg(feature = \"__internal\")]\npub mod raw {}\n";
     assert_eq!(unlabelled_feature_items(source), [1, 8]);
 }

@@ -257,7 +257,7 @@ impl Backend {
 
     /// A second client of the same engine: same server (or in-process map) and settings, but its
     /// own local queues, watchdog, stats and hooks — as another process would have.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn another_client(&self) -> Backend {
         Backend::assemble(
             self.inner.engine.clone(),

@@ -68,7 +68,7 @@ macro_rules! lua_script {
 
 /// The source of the script named `name` (`acquire`, `release`, …) as the server runs it, for
 /// the differential test (`tests/protocol.rs`).
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 pub(crate) fn source(name: &str) -> &'static str {
     match name {
         "acquire" => ACQUIRE.source,

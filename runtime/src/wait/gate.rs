@@ -184,14 +184,14 @@ impl Gates {
     }
 
     /// Tasks queued behind a turn, over all keys.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn queued(&self) -> usize {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         queues.values().map(|queue| queue.waiting.len()).sum()
     }
 
     /// Keys with a turn out.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn keys(&self) -> usize {
         self.queues.lock().unwrap_or_else(|e| e.into_inner()).len()
     }

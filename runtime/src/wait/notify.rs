@@ -192,7 +192,7 @@ impl Channels {
     }
 
     /// Channels with at least one local waiter.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn watched(&self) -> usize {
         self.lock().entries.len()
     }

@@ -303,7 +303,7 @@ impl Engine for EtcdEngine {
         Box::pin(async move { self.watches.watch(&self.queue(key).start).await })
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize {
         self.watches.watched()
     }

@@ -245,7 +245,7 @@ impl Watches {
     }
 
     /// Queues with at least one local waiter.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn watched(&self) -> usize {
         self.channels.watched()
     }

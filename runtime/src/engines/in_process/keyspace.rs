@@ -33,7 +33,7 @@ pub(crate) struct Keyspace {
     items: HashMap<String, Item>,
     commands_since_sweep: usize,
     /// The server clock when set (the differential test sets it to the Redis server's).
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     clock_us: Option<u64>,
 }
 
@@ -47,7 +47,7 @@ pub(crate) enum Ttl {
 impl Keyspace {
     /// The server clock in µs since the epoch (`TIME`).
     pub(crate) fn time_us(&self) -> u64 {
-        #[cfg(feature = "__test-hooks")]
+        #[cfg(distlock_test_hooks)]
         if let Some(now) = self.clock_us {
             return now;
         }
@@ -57,13 +57,13 @@ impl Keyspace {
     }
 
     /// Sets the server clock (`TIME`) to `now_us` from now on.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn set_clock(&mut self, now_us: u64) {
         self.clock_us = Some(now_us);
     }
 
     /// `ZRANGE key 0 -1 WITHSCORES`.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn zrange_all(&mut self, key: &str) -> Vec<(String, i64)> {
         self.zset(key).map_or(Vec::new(), |set| {
             set.order

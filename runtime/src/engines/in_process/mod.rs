@@ -13,7 +13,7 @@
 
 mod keyspace;
 pub(crate) mod scripts;
-#[cfg(feature = "__test-hooks")]
+#[cfg(distlock_test_hooks)]
 pub(crate) mod twin;
 
 pub(crate) use keyspace::Keyspace;
@@ -265,7 +265,7 @@ impl Engine for InProcessEngine {
         Box::pin(future::ready(Ok(watch)))
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize {
         self.channels.watched()
     }

@@ -1,6 +1,7 @@
 //! The in-process scripts as the differential test drives them (`tests/protocol.rs`): each call
 //! takes the arguments its `.lua` twin takes and answers what the Lua script answers, as raw
-//! integers, so that the two can be compared step by step. Compiled with `__test-hooks` only.
+//! integers, so that the two can be compared step by step. Compiled with the test hooks only
+//! (`cfg(distlock_test_hooks)`, runtime/build.rs).
 
 use super::keyspace::{Keyspace, Ttl};
 use super::scripts::{

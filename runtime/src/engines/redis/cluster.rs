@@ -256,7 +256,7 @@ impl ClusterEngine {
     }
 
     /// Renewal round trips sent so far.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn renewal_round_trips(&self) -> u64 {
         self.renewal_round_trips.load(Ordering::Relaxed)
     }
@@ -461,12 +461,12 @@ impl Engine for ClusterEngine {
         })
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize {
         self.subscriber.watched()
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn renewal_round_trips(&self) -> u64 {
         ClusterEngine::renewal_round_trips(self)
     }

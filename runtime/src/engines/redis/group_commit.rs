@@ -85,7 +85,7 @@ impl<B: Batched> GroupCommit<B> {
     }
 
     /// Items that queued for a batch instead of going out on their own, since the start.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn queued(&self) -> u64 {
         self.queued.load(Ordering::Relaxed)
     }

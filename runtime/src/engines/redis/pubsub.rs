@@ -161,7 +161,7 @@ impl Subscriber {
     }
 
     /// Channels with at least one local waiter.
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     pub(crate) fn watched(&self) -> usize {
         self.channels.watched()
     }

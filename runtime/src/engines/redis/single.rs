@@ -248,12 +248,12 @@ impl Engine for RedisEngine {
         })
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize {
         self.subscriber.watched()
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn batched_calls(&self) -> u64 {
         self.acquires.queued() + self.releases.queued()
     }

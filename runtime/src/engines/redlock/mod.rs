@@ -958,7 +958,7 @@ impl Engine for RedlockEngine {
         })
     }
 
-    #[cfg(feature = "__test-hooks")]
+    #[cfg(distlock_test_hooks)]
     fn watched_channels(&self) -> usize {
         self.channels.watched()
     }
