@@ -87,40 +87,16 @@
 // Every function reads top to bottom in one screen (the threshold is in clippy.toml).
 #![warn(clippy::too_many_lines)]
 
-mod acl;
-mod acquire;
 mod backend;
-mod config;
-mod context;
-mod doctor;
-mod engine;
 mod engines;
 mod error;
-mod extend;
-mod fenced;
-mod glob;
-mod guard;
 pub mod guide;
 mod hooks;
-mod key;
-mod key_events;
-mod kind;
-mod label;
-mod lease;
 mod lock;
-mod metrics;
-mod owner;
-mod policy;
-mod protocol;
-mod redact;
-mod registry;
-mod release;
-pub mod scripts;
-mod sparse;
-mod stats;
+mod operating;
 pub mod testing;
+mod util;
 mod wait;
-mod watchdog;
 #[cfg(feature = "axum")]
 mod web;
 
@@ -128,33 +104,36 @@ mod web;
 #[path = "private.rs"]
 pub mod __private;
 
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
-pub use crate::metrics::describe_metrics;
-pub use acl::{redis_acl_rules, redis_cluster_acl_rules};
-pub use backend::{
-    Backend, BackendBuilder, HeldLock, LockEvent, LockEventKind, LockEvents, Notifications,
-    MIN_LEASE, SHUTDOWN_TIMEOUT,
-};
-pub use config::{
+/// The Lua scripts the Redis engines run that a resource may run too.
+pub mod scripts {
+    pub use crate::engines::redis::scripts::FENCED_SET_LUA;
+}
+
+pub use backend::config::{
     ENV_CLOCK_DRIFT_FACTOR, ENV_CONNECT_TIMEOUT, ENV_HOLDER_LABEL, ENV_LOCAL_BATCH, ENV_MARKER_TTL,
     ENV_MASTER_TIMEOUT, ENV_MAX_BACKOFF, ENV_MAX_KEY_LEN, ENV_MIN_REPLICAS, ENV_PREFIX,
     ENV_RENEW_BATCH, ENV_REPLICA_TIMEOUT, ENV_RESPONSE_TIMEOUT, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE,
     ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_LEASE, ENV_WATCHDOG_TIMEOUT,
 };
-pub use context::{checkpoint, fencing_token, is_held};
-pub use doctor::Finding;
-pub use engine::Holder;
+pub use backend::registry::{Registry, DEFAULT_BACKEND};
+pub use backend::{Backend, BackendBuilder, MIN_LEASE, SHUTDOWN_TIMEOUT};
+pub use engines::engine::Holder;
+pub use engines::redis::acl::{redis_acl_rules, redis_cluster_acl_rules};
+pub use engines::redis::fenced::{FencedStore, FencedWrite};
 pub use error::{BackendError, LockError, LostReason};
-pub use fenced::{FencedStore, FencedWrite};
-pub use guard::LockGuard;
-pub use key::KeyBuilder;
-pub use kind::LockKind;
+pub use lock::context::{checkpoint, fencing_token, is_held};
+pub use lock::guard::LockGuard;
+pub use lock::key::KeyBuilder;
+pub use lock::kind::LockKind;
+pub use lock::policy::{Lease, OnLost, Wait};
+pub use lock::release::Released;
 pub use lock::Lock;
-pub use policy::{Lease, OnLost, Wait};
-pub use registry::{Registry, DEFAULT_BACKEND};
-pub use release::Released;
-pub use stats::{StatsSnapshot, WAIT_BUCKETS};
+pub use operating::doctor::Finding;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use operating::metrics::describe_metrics;
+pub use operating::operator::{HeldLock, LockEvent, LockEventKind, LockEvents, Notifications};
+pub use operating::stats::{StatsSnapshot, WAIT_BUCKETS};
 
 /// # Example that runs
 ///

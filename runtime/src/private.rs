@@ -1,8 +1,8 @@
 //! The surface `#[distributed_lock]` expands to. Not a public API: it changes with the macro,
 //! which is pinned to this exact crate version.
 
-pub use crate::context::checkpoint;
-pub use crate::key::KeyBuilder;
+pub use crate::lock::context::checkpoint;
+pub use crate::lock::key::KeyBuilder;
 pub use crate::{Lease, LockError, LockKind, OnLost, Wait};
 pub use core::time::Duration;
 
@@ -60,9 +60,9 @@ pub fn assert_from_lock_error<E: From<LockError>>() {}
 #[cfg(distlock_test_hooks)]
 pub mod raw {
     use crate::backend::Backend;
-    use crate::engine::{Acquired, Asker, Ownership, Renewal};
-    use crate::kind::LockKind;
-    use crate::owner::Owner;
+    use crate::engines::engine::{Acquired, Asker, Ownership, Renewal};
+    use crate::lock::kind::LockKind;
+    use crate::lock::owner::Owner;
     use crate::LockError;
     use std::time::Duration;
 
@@ -159,7 +159,7 @@ pub mod raw {
                 key,
                 &owner(token),
                 LockKind::Exclusive,
-                crate::engine::GrantedAs::Unknown,
+                crate::engines::engine::GrantedAs::Unknown,
             )
             .await
             .map(code)

@@ -37,7 +37,7 @@ tokio::task_local! {
 /// This function is as cancel safe as `body`. Dropping the future drops `body` (its locks
 /// release as any dropped call's do), and the scope ends with it.
 pub async fn scope<F: Future>(backend: Backend, body: F) -> F::Output {
-    scope_as(crate::registry::DEFAULT_BACKEND, backend, body).await
+    scope_as(crate::backend::registry::DEFAULT_BACKEND, backend, body).await
 }
 
 /// Runs `body` with `backend` as the backend named `name`, ahead of the registry; scopes nest

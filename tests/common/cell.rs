@@ -1,4 +1,4 @@
-//! A lock key's value as the runtime's scripts lay it out (`runtime/src/scripts/acquire.lua`):
+//! A lock key's value as the runtime's scripts lay it out (`runtime/src/engines/redis/scripts/acquire.lua`):
 //! `L<token> <owner>[ <label>]` held, `W<token> <owner>[ <label>]` held and waited on, `F<token>` free (the marker a
 //! release leaves so the next token is larger), `P<token> <until>` free and left to the waiters
 //! the release notified until then (`Q`: and someone was turned away meanwhile).

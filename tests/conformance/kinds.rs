@@ -1,6 +1,6 @@
 //! Lock kinds on every backend: read/write locks (many readers or one writer, writers first)
 //! and semaphores (at most N holders), each holder with its own lease. On Redlock a permit is
-//! one of N exclusive slots (`engines/redlock/permits.rs`): its token orders grants within a
+//! one of N exclusive slots (`engines/redis/redlock/permits.rs`): its token orders grants within a
 //! slot only, and the semaphore's own key shows nothing to inspect.
 
 use super::{unique_key, within};

@@ -4,17 +4,17 @@
 use super::builder::{validate_prefix, BackendBuilder};
 use super::handle::{Backend, Settings, MIN_LEASE};
 use super::spec::{redacted_list, EngineSpec};
-use crate::engine::Engine;
+use crate::engines::engine::Engine;
 use crate::engines::in_process::InProcessEngine;
 use crate::engines::redis::cluster::{ClusterConfig, ClusterEngine};
 use crate::engines::redis::cluster_spec::ClusterSpec;
 use crate::engines::redis::node::ReplicaAck;
+use crate::engines::redis::redlock::{quorum, RedlockConfig, RedlockEngine};
 use crate::engines::redis::single::{RedisConfig, RedisEngine, RedisTarget};
-use crate::engines::redlock::{quorum, RedlockConfig, RedlockEngine};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::label::{check_label, default_label};
-use crate::policy::handover_grant;
+use crate::lock::policy::handover_grant;
+use crate::operating::label::{check_label, default_label};
 use std::sync::Arc;
 use std::time::Duration;
 

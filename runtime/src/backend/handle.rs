@@ -1,11 +1,11 @@
 //! [`Backend`]: the cheap, cloneable handle users register — an engine with the machinery every
 //! engine shares (the watchdog, the local queues, stats, settings).
 
-use crate::engine::{Engine, EngineFailure, Holder};
+use crate::engines::engine::{Engine, EngineFailure, Holder};
 use crate::hooks::SharedHooks;
-use crate::stats::{Stats, StatsSnapshot};
+use crate::lock::watchdog::Watchdog;
+use crate::operating::stats::{Stats, StatsSnapshot};
 use crate::wait::Gates;
-use crate::watchdog::Watchdog;
 use crate::{BackendError, Finding, LockError};
 use once_cell::sync::Lazy;
 use std::sync::{Arc, OnceLock};
@@ -114,7 +114,7 @@ impl Backend {
                 rights_unchecked: std::sync::atomic::AtomicBool::new(false),
                 ping_probe: tokio::sync::Mutex::new(format!(
                     "__distlock_ping:{}",
-                    crate::owner::Owner::random().as_str()
+                    crate::lock::owner::Owner::random().as_str()
                 )),
             }),
         }
@@ -181,7 +181,7 @@ impl Backend {
     /// # Cancel safety
     /// This method is cancel safe. It only reads: dropping the future changes nothing.
     pub async fn inspect(&self, key: &str) -> Result<Option<Holder>, LockError> {
-        crate::key::validate(key, self.inner.settings.max_key_len)?;
+        crate::lock::key::validate(key, self.inner.settings.max_key_len)?;
         self.inner
             .engine
             .inspect(key)

@@ -3,15 +3,15 @@
 
 mod build;
 pub(crate) mod builder;
+pub(crate) mod config;
 pub(crate) mod handle;
-pub(crate) mod operator;
 mod ping;
+pub(crate) mod registry;
 mod shutdown;
 pub(crate) mod spec;
 
 pub use builder::BackendBuilder;
 pub use handle::{Backend, MIN_LEASE};
-pub use operator::{HeldLock, LockEvent, LockEventKind, LockEvents, Notifications};
 pub use shutdown::SHUTDOWN_TIMEOUT;
 
 #[cfg(test)]

@@ -3,10 +3,10 @@
 
 use super::builder::BackendBuilder;
 use super::handle::Backend;
-use crate::engine::{Acquired, Asker, GrantedAs, Ownership};
+use crate::engines::engine::{Acquired, Asker, GrantedAs, Ownership};
 use crate::error::LockError;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

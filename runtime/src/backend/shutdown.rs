@@ -2,9 +2,9 @@
 //! held for a TTL.
 
 use super::handle::Backend;
+use crate::backend::registry::Registry;
 use crate::error::{LockError, LostReason};
-use crate::registry::Registry;
-use crate::release::release_at_shutdown;
+use crate::lock::release::release_at_shutdown;
 use futures_util::future::join_all;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

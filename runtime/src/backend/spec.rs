@@ -6,10 +6,10 @@
 #[cfg(feature = "etcd")]
 use crate::engines::etcd::spec::{EtcdSpec, ETCD_PORT};
 use crate::engines::redis::cluster_spec::{ClusterSpec, NODE_PORT};
-use crate::engines::redis::hosts::Authority;
 use crate::engines::redis::sentinel::{SentinelSpec, SENTINEL_PORT};
 use crate::error::LockError;
-use crate::redact::redact_url;
+use crate::util::hosts::Authority;
+use crate::util::redact::redact_url;
 
 /// A deployment and where it is.
 #[derive(Debug, Clone)]

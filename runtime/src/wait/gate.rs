@@ -12,8 +12,8 @@
 
 use super::ReleaseWatch;
 use crate::hooks::LocalChange;
-use crate::owner::Owner;
-use crate::sparse::shrink_when_sparse;
+use crate::lock::owner::Owner;
+use crate::util::sparse::shrink_when_sparse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

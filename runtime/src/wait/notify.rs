@@ -10,7 +10,7 @@
 //! enough of them to be told of any release.
 
 use crate::hooks::LocalChange;
-use crate::sparse::shrink_when_sparse;
+use crate::util::sparse::shrink_when_sparse;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;

@@ -2,8 +2,8 @@
 //! backend), balanced over the members, each request bounded by the response timeout.
 
 use super::spec::EtcdSpec;
-use crate::engine::{EngineFailure, EngineResult};
-use crate::engines::redis::timeouts::Timeouts;
+use crate::engines::engine::{EngineFailure, EngineResult};
+use crate::engines::timeouts::Timeouts;
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
 use tonic::Code;
@@ -61,7 +61,7 @@ impl Connection {
     /// # Cancel safety
     /// Not cancel safe.
     /// Like a lost reply: a request already sent may still be applied. Callers treat both alike
-    /// (see [`Engine`](crate::engine::Engine)).
+    /// (see [`Engine`](crate::engines::engine::Engine)).
     pub(crate) async fn call<T, F>(&self, request: impl FnOnce(Client) -> F) -> EngineResult<T>
     where
         F: Future<Output = Result<T, etcd_client::Error>>,

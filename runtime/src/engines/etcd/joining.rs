@@ -8,7 +8,7 @@
 //! entry waits until it has.
 
 use super::client::Connection;
-use crate::engine::EngineResult;
+use crate::engines::engine::EngineResult;
 use etcd_client::{Txn, TxnResponse};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -21,13 +21,13 @@ mod operator;
 pub(crate) mod queue;
 pub(crate) mod spec;
 
-use crate::engine::{
+use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
-use crate::engines::redis::timeouts::Timeouts;
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::engines::timeouts::Timeouts;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::key_events::KeyEventSender;
 use crate::wait::ReleaseWatch;
 use client::Connection;
 use etcd_client::{TxnOp, TxnOpResponse, TxnResponse};
@@ -313,7 +313,7 @@ impl Engine for EtcdEngine {
         false
     }
 
-    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<crate::doctor::Finding>>> {
+    fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<crate::operating::doctor::Finding>>> {
         Box::pin(self.diagnose())
     }
 

@@ -14,7 +14,7 @@
 //! key is woken to re-check, and the next one that still has to wait watches again.
 
 use super::client::Connection;
-use crate::engine::EngineResult;
+use crate::engines::engine::EngineResult;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use etcd_client::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use std::collections::HashMap;

@@ -3,11 +3,11 @@
 
 use super::queue::{holds, key_of, Entry};
 use super::EtcdEngine;
-use crate::doctor::Finding;
-use crate::engine::{EngineResult, Holder};
-use crate::glob::glob_match;
-use crate::key_events::{KeyEvent, KeyEventSender};
-use crate::kind::LockKind;
+use crate::engines::engine::{EngineResult, Holder};
+use crate::lock::kind::LockKind;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::{KeyEvent, KeyEventSender};
+use crate::util::glob::glob_match;
 use etcd_client::{EventType, GetOptions, WatchOptions};
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -14,9 +14,9 @@
 //! revision only grows, across leader changes, so a writer granted later has a larger token
 //! than every earlier holder, reader or writer.
 
-use crate::key::lock_name;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::lock::key::lock_name;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
 use etcd_client::{
     Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse,

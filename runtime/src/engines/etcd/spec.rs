@@ -1,8 +1,8 @@
 //! An `etcd://` URL, parsed: the cluster's endpoints and the user's credentials.
 
-use crate::engines::redis::hosts::Authority;
 use crate::error::LockError;
-use crate::redact::redact_url;
+use crate::util::hosts::Authority;
+use crate::util::redact::redact_url;
 
 /// The client port of an etcd member when a URL names none.
 pub(crate) const ETCD_PORT: u16 = 2379;

@@ -81,7 +81,7 @@ impl Keyspace {
             let now = Instant::now();
             self.items
                 .retain(|_, item| item.expires_at.is_none_or(|at| at > now));
-            crate::sparse::shrink_when_sparse(&mut self.items);
+            crate::util::sparse::shrink_when_sparse(&mut self.items);
         }
         let expired = self
             .items

@@ -18,15 +18,15 @@ pub(crate) mod twin;
 
 pub(crate) use keyspace::Keyspace;
 
-use crate::engine::{
+use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
-use crate::glob::glob_match;
-use crate::key::{channel_of, lock_name};
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
-use crate::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+use crate::engines::redis::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+use crate::lock::key::{channel_of, lock_name};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::key_events::KeyEventSender;
+use crate::util::glob::glob_match;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
 use scripts::{AcquireCall, Asking, Holding, Published, ReleaseCall, RenewCall, Settings, Sharing};

@@ -4,9 +4,11 @@
 //! same random operations and compares them after every step.
 
 use super::keyspace::{Keyspace, Ttl};
-use crate::key::{channel_of, holders_of};
-use crate::kind::WRITER_INTENT;
-use crate::protocol::{Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State};
+use crate::engines::redis::protocol::{
+    Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State,
+};
+use crate::lock::key::{channel_of, holders_of};
+use crate::lock::kind::WRITER_INTENT;
 use std::ops::ControlFlow;
 
 /// The queue's bound (`queue.lua`'s `QUEUE_BOUND`).

@@ -7,12 +7,12 @@ use super::keyspace::{Keyspace, Ttl};
 use super::scripts::{
     self, AcquireCall, Asking, Holding, Published, ReleaseCall, RenewCall, Settings, Sharing,
 };
-use crate::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+use crate::engines::redis::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
 
 /// The Lua sources, by script name (`acquire`, `release`, `renew`, `shared_acquire`,
 /// `shared_release`, `inspect`, `unlock`), as the server runs them.
 pub fn lua_source(script: &str) -> &'static str {
-    crate::scripts::source(script)
+    crate::engines::redis::scripts::source(script)
 }
 
 /// A keyspace in memory and the scripts' Rust twins on it.

@@ -7,7 +7,7 @@ use super::group_commit::Batched;
 use super::node::{
     reservation_window, LockCall, Node, ReleaseCall, ReleaseReply, RESERVATION_WINDOW,
 };
-use crate::engine::{Acquired, EngineResult};
+use crate::engines::engine::{Acquired, EngineResult};
 use crate::hooks::SharedHooks;
 use crate::wait::retry_until;
 use futures_util::future::BoxFuture;

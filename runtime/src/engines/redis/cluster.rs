@@ -21,17 +21,17 @@ use super::cluster_spec::ClusterSpec;
 use super::node::{reservation_window, settle_release, settle_transfer, Node, Place};
 use super::sharded::ShardedSubscriber;
 use super::slot::slot_of;
-use super::timeouts::Timeouts;
-use crate::doctor::Finding;
-use crate::engine::{
+use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
+use crate::engines::timeouts::Timeouts;
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::key::{lock_name, KeyNames};
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::lock::key::{lock_name, KeyNames};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
 use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::{join_all, BoxFuture};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -51,7 +51,7 @@ pub(crate) struct ClusterConfig<'a> {
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
     /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
-    /// unless it asks (or confirms) ([`handover_grant`](crate::policy::handover_grant)).
+    /// unless it asks (or confirms) ([`handover_grant`](crate::lock::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
 }
 
@@ -151,7 +151,7 @@ impl ClusterEngine {
             )
             .await
             .and_then(Value::extract_error)
-            .map_err(|err| crate::engine::EngineFailure {
+            .map_err(|err| crate::engines::engine::EngineFailure {
                 ambiguous: false,
                 source: format!("CLUSTER SLOTS: {err}").into(),
             })?;

@@ -1,9 +1,9 @@
 //! A `redis-cluster://` URL, parsed, and the redis-rs cluster clients it makes.
 
-use super::hosts::Authority;
-use super::timeouts::Timeouts;
+use crate::engines::timeouts::Timeouts;
 use crate::error::LockError;
-use crate::redact::redact_url;
+use crate::util::hosts::Authority;
+use crate::util::redact::redact_url;
 use redis::cluster::ClusterClientBuilder;
 use redis::IntoConnectionInfo;
 

@@ -22,9 +22,9 @@
 //! that release, and delays the waiter's wake-up by as much. A key where that happened is
 //! [contended](ContendedKeys): its releases go to the script directly for a while.
 
-use crate::lease::{from_nanos, to_nanos};
-use crate::owner::Owner;
-use crate::protocol::{LockValue, State};
+use crate::engines::redis::protocol::{LockValue, State};
+use crate::lock::lease::{from_nanos, to_nanos};
+use crate::lock::owner::Owner;
 use redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

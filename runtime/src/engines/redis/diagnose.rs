@@ -2,7 +2,7 @@
 //! credentials, an untrusted TLS certificate. The server's own words stay in the message; the
 //! advice is added after them.
 
-use crate::engine::EngineFailure;
+use crate::engines::engine::EngineFailure;
 use std::fmt;
 
 /// A Redis error with the advice that fixes its cause.

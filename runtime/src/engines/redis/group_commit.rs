@@ -13,7 +13,7 @@
 //! what the item did — a granted acquire is released (a release, done either way, needs nothing
 //! undone).
 
-use crate::engine::{EngineFailure, EngineResult};
+use crate::engines::engine::{EngineFailure, EngineResult};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

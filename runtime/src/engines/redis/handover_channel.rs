@@ -17,7 +17,7 @@
 //! Redis Cluster has none: sharded pub/sub needs a channel in the key's slot, which one channel
 //! per process cannot be.
 
-use crate::owner::Owner;
+use crate::lock::owner::Owner;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) struct HandoverChannel {

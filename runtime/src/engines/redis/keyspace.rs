@@ -6,9 +6,9 @@
 //! operator who runs `watch` against a server that announces nothing must not stare at a silent
 //! screen.
 
-use super::timeouts::Timeouts;
-use crate::engine::{EngineFailure, EngineResult};
-use crate::key_events::{KeyEvent, KeyEventSender};
+use crate::engines::engine::{EngineFailure, EngineResult};
+use crate::engines::timeouts::Timeouts;
+use crate::operating::key_events::{KeyEvent, KeyEventSender};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use std::sync::Arc;

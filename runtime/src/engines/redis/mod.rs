@@ -2,6 +2,7 @@
 //! SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per server, TLS settings, and
 //! errors with advice.
 
+pub(crate) mod acl;
 pub(crate) mod alive;
 pub(crate) mod batches;
 pub(crate) mod cluster;
@@ -9,16 +10,18 @@ pub(crate) mod cluster_operator;
 pub(crate) mod cluster_spec;
 pub(crate) mod conditional;
 pub(crate) mod diagnose;
+pub(crate) mod fenced;
 pub(crate) mod group_commit;
 pub(crate) mod handover_channel;
-pub(crate) mod hosts;
 pub(crate) mod keyspace;
 pub(crate) mod node;
+pub(crate) mod protocol;
 pub(crate) mod pubsub;
+pub(crate) mod redlock;
 pub(crate) mod scan;
+pub(crate) mod scripts;
 pub(crate) mod sentinel;
 pub(crate) mod sharded;
 pub(crate) mod single;
 pub(crate) mod slot;
-pub(crate) mod timeouts;
 pub(crate) mod tls;

@@ -13,7 +13,7 @@
 
 use super::diagnose;
 use super::node::{Node, Timeouts};
-use crate::engine::{EngineFailure, EngineResult};
+use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use futures_util::StreamExt;

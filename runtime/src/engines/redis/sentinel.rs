@@ -10,11 +10,11 @@
 //! [`Node`]: super::node::Node
 
 use super::alive::AliveFlag;
-use super::hosts::{percent_decode, Authority};
-use super::timeouts::Timeouts;
+use crate::engines::timeouts::Timeouts;
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
-use crate::redact::redact_url;
+use crate::util::hosts::{percent_decode, Authority};
+use crate::util::redact::redact_url;
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{ConnectionAddr, IntoConnectionInfo};

@@ -13,8 +13,8 @@
 
 use super::cluster_spec::ClusterSpec;
 use super::pubsub::{settle, Failure};
-use super::timeouts::Timeouts;
-use crate::engine::EngineResult;
+use crate::engines::engine::EngineResult;
+use crate::engines::timeouts::Timeouts;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};

@@ -16,16 +16,16 @@ use super::node::{
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use super::tls::TlsFiles;
-use crate::doctor::Finding;
-use crate::engine::{
+use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::key::{lock_name, KeyNames};
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::lock::key::{lock_name, KeyNames};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
 use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::AtomicBool;
@@ -53,7 +53,7 @@ pub(crate) struct RedisConfig<'a> {
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
     /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
-    /// unless it asks (or confirms) ([`handover_grant`](crate::policy::handover_grant)).
+    /// unless it asks (or confirms) ([`handover_grant`](crate::lock::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
 }
 

@@ -3,7 +3,7 @@
 //! roots are trusted.
 
 use crate::error::LockError;
-use crate::redact::redact_url;
+use crate::util::redact::redact_url;
 use std::fmt;
 use std::path::Path;
 

@@ -3,15 +3,17 @@
 //! write-back.
 
 use super::{asker_code, millis, unexpected, Bound, Node, ReplicaAck};
-use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer};
+use crate::engines::engine::{
+    Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer,
+};
 use crate::engines::redis::conditional;
 use crate::engines::redis::diagnose;
 use crate::engines::redis::handover_channel::HandoverChannel;
-use crate::key::KeyNames;
-use crate::kind::LockKind;
-use crate::owner::Owner;
-use crate::protocol::{Acquire, FenceWriteback, Release, UnknownReply};
-use crate::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
+use crate::engines::redis::protocol::{Acquire, FenceWriteback, Release, UnknownReply};
+use crate::engines::redis::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
+use crate::lock::key::KeyNames;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
 use crate::wait::Successor;
 use redis::{FromRedisValue, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -704,7 +706,7 @@ pub(crate) fn settle_release(
     match reply {
         ReleaseReply::Found(ownership) => ownership,
         ReleaseReply::ReleasedUnannounced => {
-            report_refused_publish(reported, prefix, &crate::key::channel_of(lock));
+            report_refused_publish(reported, prefix, &crate::lock::key::channel_of(lock));
             Ownership::Ours
         }
         // Only a call naming a successor is transferred or queued: ours until then.

@@ -2,10 +2,10 @@
 //! (`unlock.lua`), the lock keys (`SCAN`), and the doctor's checks of settings and ACL rules.
 
 use super::{millis, unexpected, Node};
-use crate::engine::{EngineResult, Holder};
+use crate::engines::engine::{EngineResult, Holder};
+use crate::engines::redis::scripts::{ACQUIRE, INSPECT, UNLOCK};
 use crate::engines::redis::{diagnose, scan};
-use crate::key::KeyNames;
-use crate::scripts::{ACQUIRE, INSPECT, UNLOCK};
+use crate::lock::key::KeyNames;
 use redis::{FromRedisValue, Value};
 use std::time::Duration;
 
@@ -76,7 +76,7 @@ impl Node {
     /// # Cancel safety
     /// Cancel safe.
     /// Read-only (`CONFIG GET`, `INFO`, `ACL`): dropping the future changes nothing.
-    pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::doctor::Finding>> {
+    pub(crate) async fn doctor(&self) -> EngineResult<Vec<crate::operating::doctor::Finding>> {
         let mut settings = Vec::new();
         for setting in ["maxmemory-policy", "appendonly", "save"] {
             let mut cmd = redis::cmd("CONFIG");
@@ -91,7 +91,7 @@ impl Node {
         let mut info = redis::cmd("INFO");
         info.arg("replication");
         let replication: String = self.raw_query(&info).await.unwrap_or_default();
-        let mut findings = crate::doctor::judge(
+        let mut findings = crate::operating::doctor::judge(
             settings[0].as_deref(),
             settings[1].as_deref(),
             settings[2].as_deref(),
@@ -101,7 +101,7 @@ impl Node {
         let mut server = redis::cmd("INFO");
         server.arg("server");
         let server: String = self.raw_query(&server).await.unwrap_or_default();
-        findings.extend(crate::doctor::judge_version(&server));
+        findings.extend(crate::operating::doctor::judge_version(&server));
         findings.extend(self.check_acl().await);
         Ok(findings)
     }
@@ -112,16 +112,16 @@ impl Node {
     /// # Cancel safety
     /// Cancel safe.
     /// Read-only (`ACL WHOAMI`, `ACL DRYRUN`): dropping the future changes nothing.
-    pub(crate) async fn check_acl(&self) -> Vec<crate::doctor::Finding> {
+    pub(crate) async fn check_acl(&self) -> Vec<crate::operating::doctor::Finding> {
         let user: String = match self
             .raw_query(&redis::cmd("ACL").arg("WHOAMI").clone())
             .await
         {
             Ok(user) => user,
-            Err(_) => return vec![crate::doctor::acl_unchecked("ACL WHOAMI")],
+            Err(_) => return vec![crate::operating::doctor::acl_unchecked("ACL WHOAMI")],
         };
-        let lock = crate::key::lock_name(&self.prefix, "doctor-probe");
-        let channel = crate::key::channel_of(&lock);
+        let lock = crate::lock::key::lock_name(&self.prefix, "doctor-probe");
+        let channel = crate::lock::key::channel_of(&lock);
         let (publish, subscribe) = match self.publish {
             "SPUBLISH" => ("SPUBLISH", "SSUBSCRIBE"),
             _ => ("PUBLISH", "SUBSCRIBE"),
@@ -150,10 +150,15 @@ impl Node {
             match self.raw_query::<String>(&dryrun).await {
                 Ok(answer) if answer == "OK" => {}
                 Ok(answer) => denied.push(format!("{}: {answer}", command[0])),
-                Err(_) => return vec![crate::doctor::acl_unchecked("ACL DRYRUN")],
+                Err(_) => return vec![crate::operating::doctor::acl_unchecked("ACL DRYRUN")],
             }
         }
-        crate::doctor::judge_acl(&user, &denied, &self.prefix, self.publish == "SPUBLISH")
+        crate::operating::doctor::judge_acl(
+            &user,
+            &denied,
+            &self.prefix,
+            self.publish == "SPUBLISH",
+        )
     }
 }
 

@@ -2,9 +2,9 @@
 //! cluster engine pipelines itself.
 
 use super::{millis, unexpected, Node};
-use crate::engine::{EngineFailure, EngineResult, Ownership, Renewal};
-use crate::protocol::Renew;
-use crate::scripts::RENEW;
+use crate::engines::engine::{EngineFailure, EngineResult, Ownership, Renewal};
+use crate::engines::redis::protocol::Renew;
+use crate::engines::redis::scripts::RENEW;
 use redis::{FromRedisValue, Value};
 
 impl Node {

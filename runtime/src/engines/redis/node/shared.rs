@@ -1,12 +1,12 @@
 //! Readers and permits (`shared_acquire.lua`, `shared_release.lua`) as typed calls.
 
 use super::{asker_code, millis, Node, ReleaseReply};
-use crate::engine::{Acquired, Asker, EngineFailure, EngineResult, Ownership};
+use crate::engines::engine::{Acquired, Asker, EngineFailure, EngineResult, Ownership};
 use crate::engines::redis::diagnose;
-use crate::kind::LockKind;
-use crate::owner::Owner;
-use crate::protocol::{SharedAcquire, SharedRelease};
-use crate::scripts::{SHARED_ACQUIRE, SHARED_RELEASE};
+use crate::engines::redis::protocol::{SharedAcquire, SharedRelease};
+use crate::engines::redis::scripts::{SHARED_ACQUIRE, SHARED_RELEASE};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
 use std::time::Duration;
 
 impl Node {
@@ -26,7 +26,7 @@ impl Node {
         asker: Asker,
         kind: LockKind,
     ) -> EngineResult<Acquired> {
-        let holders = crate::key::holders_of(lock);
+        let holders = crate::lock::key::holders_of(lock);
         let (letter, permits) = match kind {
             LockKind::Permits(n) => ("M", n),
             _ => ("R", 0),
@@ -100,7 +100,7 @@ impl Node {
         marker_ttl: Duration,
         reservation_window: Duration,
     ) -> EngineResult<ReleaseReply> {
-        let holders = crate::key::holders_of(lock);
+        let holders = crate::lock::key::holders_of(lock);
         let member = self.member(owner);
         let marker_ms = millis(marker_ttl);
         let window = millis(reservation_window);

@@ -1,14 +1,14 @@
 //! [`LockGuard`]: a held lock, and its release.
 
 use crate::backend::Backend;
-use crate::context::{self, Frame};
 use crate::error::LockError;
-use crate::lease::HeldLease;
-use crate::metrics::{Holding, Labels};
-use crate::policy::OnLost;
-use crate::release::{release_all, release_in_background, Released};
-use crate::stats::Stats;
-use crate::watchdog::LeaseId;
+use crate::lock::context::{self, Frame};
+use crate::lock::lease::HeldLease;
+use crate::lock::policy::OnLost;
+use crate::lock::release::{release_all, release_in_background, Released};
+use crate::lock::watchdog::LeaseId;
+use crate::operating::metrics::{Holding, Labels};
+use crate::operating::stats::Stats;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,7 +172,7 @@ impl LockGuard {
                  confirmed (within a third of its grant time); extend it after that",
             ));
         }
-        crate::extend::extend(&self.backend, self.leases(), by).await?;
+        crate::lock::extend::extend(&self.backend, self.leases(), by).await?;
         self.check()
     }
 

@@ -42,22 +42,22 @@ mod permits;
 
 pub(crate) use fan_out::quorum;
 
-use super::redis::node::{
-    report_refused_publish, Node, Place, ReleaseReply, Timeouts, RESERVATION_WINDOW,
-};
-use super::redis::pubsub::Subscriber;
-use super::redis::tls::TlsFiles;
-use crate::doctor::Finding;
-use crate::engine::{
+use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
+use crate::engines::redis::node::{
+    report_refused_publish, Node, Place, ReleaseReply, Timeouts, RESERVATION_WINDOW,
+};
+use crate::engines::redis::pubsub::Subscriber;
+use crate::engines::redis::tls::TlsFiles;
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
-use crate::key::KeyNames;
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
-use crate::policy::valid_for;
+use crate::lock::key::KeyNames;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::lock::policy::valid_for;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use fan_out::{all, fan_out, summarize, Answers};
 use futures_util::future::BoxFuture;
@@ -85,7 +85,7 @@ pub(crate) struct RedlockConfig<'a> {
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
     /// How long a waiter keeps its place in a master's queue between its asks
-    /// ([`handover_grant`](crate::policy::handover_grant)).
+    /// ([`handover_grant`](crate::lock::policy::handover_grant)).
     pub(crate) grant_time: Duration,
 }
 

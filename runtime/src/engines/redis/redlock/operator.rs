@@ -3,9 +3,9 @@
 
 use super::fan_out::{all, fan_out, summarize};
 use super::RedlockEngine;
-use crate::engine::{EngineResult, Holder};
+use crate::engines::engine::{EngineResult, Holder};
 use crate::engines::redis::keyspace;
-use crate::key_events::KeyEventSender;
+use crate::operating::key_events::KeyEventSender;
 use futures_util::future::join_all;
 use std::collections::{BTreeSet, HashMap};
 

@@ -5,8 +5,8 @@
 //! part of the locked call.
 
 use crate::backend::Backend;
-use crate::kind::LockKind;
-use crate::lease::HeldLease;
+use crate::lock::kind::LockKind;
+use crate::lock::lease::HeldLease;
 use crate::LockError;
 use std::future::Future;
 use std::sync::Arc;

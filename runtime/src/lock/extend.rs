@@ -2,10 +2,10 @@
 //! renewed to what is left of it plus the extension, and the answers applied.
 
 use crate::backend::Backend;
-use crate::engine::{Ownership, Renewal};
+use crate::engines::engine::{Ownership, Renewal};
 use crate::error::{LockError, LostReason};
-use crate::lease::HeldLease;
-use crate::policy::valid_for;
+use crate::lock::lease::HeldLease;
+use crate::lock::policy::valid_for;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! is harmless (a vote they will release, a renewal of a lease already lost), and wait for every
 //! answer where it is not (releases, renewals of a lease that holds).
 
-use crate::engine::{EngineFailure, EngineResult};
+use crate::engines::engine::{EngineFailure, EngineResult};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::future::Future;
 use std::time::Duration;

@@ -1,9 +1,9 @@
 //! Resource-side fencing: the check that makes a lock exact rather than approximately exclusive.
 
 use crate::engines::redis::node::{Node, Timeouts};
+use crate::engines::redis::scripts::FENCED_SET;
 use crate::engines::redis::tls::TlsFiles;
 use crate::error::{BackendError, LockError};
-use crate::scripts::FENCED_SET;
 use futures_util::future::BoxFuture;
 
 /// A Redis-held resource that accepts a write only if the writer's fencing token is at least the

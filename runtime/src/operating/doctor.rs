@@ -148,8 +148,8 @@ pub(crate) fn judge_acl(
         return Vec::new();
     }
     let rules = match cluster {
-        true => crate::acl::redis_cluster_acl_rules(prefix),
-        false => crate::acl::redis_acl_rules(prefix),
+        true => crate::engines::redis::acl::redis_cluster_acl_rules(prefix),
+        false => crate::engines::redis::acl::redis_acl_rules(prefix),
     };
     vec![Finding {
         check: "acl",

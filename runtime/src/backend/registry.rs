@@ -1,7 +1,7 @@
 //! [`Registry`]: named backends, global, configured once in `main`.
 
+use crate::backend::config::{backend_from_env, ENV_URL};
 use crate::backend::Backend;
-use crate::config::{backend_from_env, ENV_URL};
 use crate::LockError;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;

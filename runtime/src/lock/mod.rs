@@ -1,16 +1,27 @@
 //! The programmatic lock: [`Lock`], a builder that runs a future under the lock or returns a
 //! [`LockGuard`].
 
-use crate::acquire::Request;
+pub(crate) mod acquire;
+pub(crate) mod context;
+pub(crate) mod extend;
+pub(crate) mod guard;
+pub(crate) mod key;
+pub(crate) mod kind;
+pub(crate) mod lease;
+pub(crate) mod owner;
+pub(crate) mod policy;
+pub(crate) mod release;
+pub(crate) mod watchdog;
+
+use crate::backend::registry::{Registry, DEFAULT_BACKEND};
 use crate::backend::{Backend, MIN_LEASE};
-use crate::context;
 use crate::error::LockError;
-use crate::guard::{Held, LockGuard};
-use crate::kind::LockKind;
-use crate::lease::Terms;
-use crate::metrics::{self, Labels, Template};
-use crate::policy::{Lease, OnLost, Wait};
-use crate::registry::{Registry, DEFAULT_BACKEND};
+use crate::lock::acquire::Request;
+use crate::lock::guard::{Held, LockGuard};
+use crate::lock::kind::LockKind;
+use crate::lock::lease::Terms;
+use crate::lock::policy::{Lease, OnLost, Wait};
+use crate::operating::metrics::{self, Labels, Template};
 use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -376,7 +387,7 @@ impl Lock {
             return Err(LockError::invalid_config("kind", why));
         }
         for key in keys {
-            crate::key::validate(key, backend.inner.settings.max_key_len)?;
+            crate::lock::key::validate(key, backend.inner.settings.max_key_len)?;
         }
         Ok((ttl, renewing))
     }

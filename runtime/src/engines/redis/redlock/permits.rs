@@ -11,9 +11,9 @@
 //! reply was lost) gives back every slot the owner may hold.
 
 use super::RedlockEngine;
-use crate::engine::{Acquired, Asker, EngineResult, GrantedAs, Ownership, Renewal};
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::engines::engine::{Acquired, Asker, EngineResult, GrantedAs, Ownership, Renewal};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
 use futures_util::future::join_all;
 use std::time::Duration;
 

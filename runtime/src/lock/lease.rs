@@ -1,12 +1,12 @@
 //! A held lock: owner token, fencing token, local validity and the lost flag.
 
-use crate::engine::GrantedAs;
+use crate::engines::engine::GrantedAs;
 use crate::error::{LockError, LostReason};
-use crate::kind::LockKind;
-use crate::metrics::{self, Labels};
-use crate::owner::Owner;
-use crate::policy::valid_for;
-use crate::stats::Stats;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::lock::policy::valid_for;
+use crate::operating::metrics::{self, Labels};
+use crate::operating::stats::Stats;
 use crate::wait::{Successor, Transferred, Turn};
 use once_cell::sync::Lazy;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

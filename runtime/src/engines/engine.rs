@@ -5,10 +5,10 @@
 //! backend handle, the watchdog or anything else that sits above an engine. Engines are built by
 //! their own constructors (`engines/`) and handed to a [`Backend`](crate::Backend).
 
-use crate::doctor::Finding;
-use crate::key_events::KeyEventSender;
-use crate::kind::LockKind;
-use crate::owner::Owner;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
 use crate::wait::{ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
@@ -167,8 +167,8 @@ pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
 
 /// A script answered what this client does not know: an error, and ambiguous — the script ran,
 /// and whatever it did (a grant, a release) may have happened.
-impl From<crate::protocol::UnknownReply> for EngineFailure {
-    fn from(reply: crate::protocol::UnknownReply) -> EngineFailure {
+impl From<crate::engines::redis::protocol::UnknownReply> for EngineFailure {
+    fn from(reply: crate::engines::redis::protocol::UnknownReply) -> EngineFailure {
         EngineFailure {
             ambiguous: true,
             source: Box::new(reply),

@@ -2,10 +2,10 @@
 //! held lock ([`Backend::list`]), removing a stuck one ([`Backend::force_unlock`]), and following
 //! one live ([`Backend::events`]). The `distlock` CLI is a thin shell around these.
 
-use super::handle::Backend;
-use crate::engine::Holder;
+use crate::backend::Backend;
+use crate::engines::engine::Holder;
 use crate::error::LockError;
-use crate::key_events::{KeyEvent, KeyEvents};
+use crate::operating::key_events::{KeyEvent, KeyEvents};
 use futures_util::stream::{self, StreamExt};
 use std::collections::HashSet;
 
@@ -235,7 +235,7 @@ impl Backend {
     /// Not cancel safe: dropped after its request was sent, the lock may have been removed all
     /// the same, and the holder it removed is not reported.
     pub async fn force_unlock(&self, key: &str) -> Result<Option<Holder>, LockError> {
-        crate::key::validate(key, self.inner.settings.max_key_len)?;
+        crate::lock::key::validate(key, self.inner.settings.max_key_len)?;
         self.inner
             .engine
             .force_unlock(key)
@@ -270,7 +270,7 @@ impl Backend {
         key: &str,
         notifications: Notifications,
     ) -> Result<LockEvents, LockError> {
-        crate::key::validate(key, self.inner.settings.max_key_len)?;
+        crate::lock::key::validate(key, self.inner.settings.max_key_len)?;
         let (sender, raw) = KeyEvents::channel();
         self.inner
             .engine

@@ -18,14 +18,14 @@
 //! A background release passes the turn once the server has answered.
 
 use crate::backend::Backend;
-use crate::engine::{EngineResult, GrantedAs, Ownership, Transfer};
+use crate::engines::engine::{EngineResult, GrantedAs, Ownership, Transfer};
 use crate::error::{LockError, LostReason};
-use crate::kind::LockKind;
-use crate::lease::HeldLease;
-use crate::metrics::{self, Labels};
-use crate::owner::Owner;
-use crate::policy::MAX_FAILED_ATTEMPTS;
-use crate::stats::Stats;
+use crate::lock::kind::LockKind;
+use crate::lock::lease::HeldLease;
+use crate::lock::owner::Owner;
+use crate::lock::policy::MAX_FAILED_ATTEMPTS;
+use crate::operating::metrics::{self, Labels};
+use crate::operating::stats::Stats;
 use crate::wait::{retry_until, Claimed, Successor, Transferred};
 use futures_util::FutureExt;
 use std::collections::VecDeque;
@@ -153,7 +153,7 @@ fn successor_to_transfer_to(backend: &Backend, lease: &HeldLease) -> Option<(u64
 }
 
 /// Releases `lease`'s lock and, unless others wait for it, transfers it in the same script to
-/// the local task of `ticket` ([`Engine::transfer`](crate::engine::Engine::transfer)), trying
+/// the local task of `ticket` ([`Engine::transfer`](crate::engines::engine::Engine::transfer)), trying
 /// a round trip whose reply was lost again (a transfer that ran answers again). The turn passes
 /// on with the lock; a lock released instead passes it once the server has answered, and its
 /// receiver asks for the lock.

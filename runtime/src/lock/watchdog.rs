@@ -6,12 +6,12 @@
 //! task exits once no lease has been registered for a second and is spawned again, on the
 //! current runtime, by the next registration.
 
-use crate::engine::{Engine, Ownership, Renewal};
+use crate::engines::engine::{Engine, Ownership, Renewal};
 use crate::error::LostReason;
-use crate::lease::HeldLease;
-use crate::metrics;
-use crate::sparse::shrink_when_sparse;
-use crate::stats::Stats;
+use crate::lock::lease::HeldLease;
+use crate::operating::metrics;
+use crate::operating::stats::Stats;
+use crate::util::sparse::shrink_when_sparse;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

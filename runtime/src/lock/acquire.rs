@@ -8,16 +8,16 @@
 
 use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
-use crate::engine::{Acquired, Asker, EngineFailure};
+use crate::engines::engine::{Acquired, Asker, EngineFailure};
 use crate::error::LockError;
 use crate::hooks::{self, TestHooks};
-use crate::kind::{LockKind, WRITER_RETRY};
-use crate::lease::{HeldLease, Terms};
-use crate::metrics::{Labels, Waiting};
-use crate::owner::Owner;
-use crate::policy::MAX_FAILED_ATTEMPTS;
-use crate::release::release_in_background;
-use crate::stats::Stats;
+use crate::lock::kind::{LockKind, WRITER_RETRY};
+use crate::lock::lease::{HeldLease, Terms};
+use crate::lock::owner::Owner;
+use crate::lock::policy::MAX_FAILED_ATTEMPTS;
+use crate::lock::release::release_in_background;
+use crate::operating::metrics::{Labels, Waiting};
+use crate::operating::stats::Stats;
 use crate::wait::{Backoff, Claimed, ReleaseWatch, Turn};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -646,7 +646,7 @@ impl<'a> Attempt<'a> {
             return None;
         }
         let (since, grant) = self.next?;
-        let valid_for = crate::policy::valid_for(grant, request.terms.drift_factor);
+        let valid_for = crate::lock::policy::valid_for(grant, request.terms.drift_factor);
         if Instant::now() + HANDOVER_MARGIN >= since + valid_for {
             return None;
         }
