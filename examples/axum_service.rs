@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // An explicit choice: distlock never falls back to in-process locks by itself.
-    if std::env::var_os(distlock::ENV_URL).is_none() {
+    if std::env::var_os(distlock::env::URL).is_none() {
         Registry::global().register(DEFAULT_BACKEND, Backend::in_process())?;
     }
     // Built and pinged now, so a bad DISTLOCK_URL, password or ACL stops the program here rather

@@ -77,18 +77,18 @@ async fn slow_export(id: u32) -> Result<(), AppError> {
 #[tokio::main]
 async fn main() -> Result<(), AppError> {
     // Where locks live. An explicit choice: distlock never falls back to in-process locks.
-    let url = std::env::var(distlock::ENV_URL).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::env::URL).unwrap_or_else(|_| "memory://".into());
     if url == "memory://" {
         Registry::global().register("default", Backend::in_process())?;
         println!(
             "backend: in-process (set {} to use Redis)",
-            distlock::ENV_URL
+            distlock::env::URL
         );
     } else {
         println!(
             "backend: {} (from {})",
             Registry::global().get("default")?.name(),
-            distlock::ENV_URL
+            distlock::env::URL
         );
     }
     let short_ttl = Backend::builder(url)

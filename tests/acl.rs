@@ -1,4 +1,4 @@
-//! Redis ACL users: a least-privilege user with the rules `distlock::redis_acl_rules` returns can
+//! Redis ACL users: a least-privilege user with the rules `distlock::redis::acl_rules` returns can
 //! do every lock operation — and the server logs no denied command while it does; a user without
 //! pub/sub rights gets a clear error at once, never a hang or a silent fallback to polling.
 
@@ -6,7 +6,7 @@ mod common;
 
 use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
-use distlock::{Backend, Lease, Lock, LockKind, LostReason, Released};
+use distlock::{Backend, Check, Lease, Lock, LockKind, LostReason, Released};
 use distlock_test_support::{RedisServer, Reply};
 use std::time::{Duration, Instant};
 
@@ -45,7 +45,7 @@ fn denied(server: &RedisServer) -> Vec<Reply> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_user_can_do_every_operation() {
     let server = RedisServer::start();
-    let url = create_user(&server, "locker", &distlock::redis_acl_rules(PREFIX));
+    let url = create_user(&server, "locker", &distlock::redis::acl_rules(PREFIX));
     let ttl = Duration::from_millis(300);
     let build = || {
         Backend::builder(&url)
@@ -147,7 +147,7 @@ async fn a_least_privilege_user_can_do_every_operation() {
     let text = err.to_string();
     assert!(text.to_lowercase().contains("noperm"), "{text}");
     assert!(
-        text.contains("grant it the rules `distlock::redis_acl_rules(\"other\")` returns"),
+        text.contains("grant it the rules `distlock::redis::acl_rules(\"other\")` returns"),
         "{text}"
     );
     assert!(!denied(&server).is_empty(), "the server logged the refusal");
@@ -160,7 +160,7 @@ async fn a_least_privilege_user_can_do_every_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_handover_channel_leaves_handovers_on_the_keys_channel() {
     let server = RedisServer::start();
-    let rules = distlock::redis_acl_rules(PREFIX).replace(
+    let rules = distlock::redis::acl_rules(PREFIX).replace(
         &format!("&{PREFIX}:*"),
         &format!("&{PREFIX}:{{*}}:released"),
     );
@@ -205,7 +205,7 @@ async fn a_refused_handover_channel_leaves_handovers_on_the_keys_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
     let server = RedisServer::start();
-    let rules = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    let rules = distlock::redis::acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
     assert!(
         rules.contains("resetchannels") && !rules.contains('&'),
         "{rules}"
@@ -224,10 +224,10 @@ async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
         .unwrap_err();
     let took = started.elapsed();
     let failure = certain_backend_failure(&err);
-    assert_eq!(failure.operation(), "subscribe", "{err}");
+    assert_eq!(failure.operation(), distlock::Operation::Subscribe, "{err}");
     let text = err.to_string();
     assert!(text.to_lowercase().contains("noperm"), "{text}");
-    assert!(text.contains("distlock::redis_acl_rules(\"t\")"), "{text}");
+    assert!(text.contains("distlock::redis::acl_rules(\"t\")"), "{text}");
     assert!(
         took < Duration::from_secs(2),
         "failed at once, not after the budget: {took:?}"
@@ -254,36 +254,36 @@ async fn a_user_without_pubsub_rights_gets_a_clear_error_not_a_hang() {
 async fn the_doctor_names_missing_rights_of_the_lock_user() {
     let server = RedisServer::start();
     let inspect_rights = " +acl|whoami +acl|dryrun +config|get +info";
-    let full = distlock::redis_acl_rules(PREFIX) + inspect_rights;
+    let full = distlock::redis::acl_rules(PREFIX) + inspect_rights;
     let url = create_user(&server, "full", &full);
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let findings = backend.doctor().await.unwrap();
     assert!(
         findings
             .iter()
-            .all(|f| f.check != "acl" && f.check != "unchecked"),
+            .all(|f| f.check != Check::Acl && f.check != Check::Unchecked),
         "{findings:?}"
     );
 
-    let no_channels = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    let no_channels = distlock::redis::acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
     let url = create_user(&server, "nochan", &(no_channels + inspect_rights));
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let findings = backend.doctor().await.unwrap();
     let acl = findings
         .iter()
-        .find(|f| f.check == "acl")
+        .find(|f| f.check == Check::Acl)
         .unwrap_or_else(|| panic!("no acl finding: {findings:?}"));
     assert!(acl.advice.contains("`nochan`"), "{acl}");
     assert!(acl.advice.contains("SUBSCRIBE"), "{acl}");
     assert!(acl.advice.contains("ACL SETUSER nochan"), "{acl}");
 
-    let url = create_user(&server, "plain", &distlock::redis_acl_rules(PREFIX));
+    let url = create_user(&server, "plain", &distlock::redis::acl_rules(PREFIX));
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let findings = backend.doctor().await.unwrap();
     assert!(
         findings
             .iter()
-            .any(|f| f.check == "unchecked" && f.advice.contains("ACL")),
+            .any(|f| f.check == Check::Unchecked && f.advice.contains("ACL")),
         "{findings:?}"
     );
 }
@@ -296,7 +296,7 @@ async fn the_doctor_names_missing_rights_of_the_lock_user() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_names_a_wrong_password_and_a_missing_right() {
     let server = RedisServer::start();
-    let url = create_user(&server, "locker", &distlock::redis_acl_rules(PREFIX));
+    let url = create_user(&server, "locker", &distlock::redis::acl_rules(PREFIX));
     server.command(&["ACL", "LOG", "RESET"]);
     let backend = Backend::builder(&url)
         .prefix(PREFIX)
@@ -329,15 +329,15 @@ async fn ping_names_a_wrong_password_and_a_missing_right() {
     assert!(!text.contains("not-the-secret"), "password leaked: {text}");
     eprintln!("ping, wrong password: {text}");
 
-    let other_keys = distlock::redis_acl_rules("other");
+    let other_keys = distlock::redis::acl_rules("other");
     let url = create_user(&server, "elsewhere", &other_keys);
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let text = backend.ping().await.unwrap_err().to_string();
     assert!(text.to_lowercase().contains("noperm"), "{text}");
-    assert!(text.contains("distlock::redis_acl_rules(\"t\")"), "{text}");
+    assert!(text.contains("distlock::redis::acl_rules(\"t\")"), "{text}");
     eprintln!("ping, keys outside the user's pattern: {text}");
 
-    let no_channels = distlock::redis_acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
+    let no_channels = distlock::redis::acl_rules(PREFIX).replace(&format!(" &{PREFIX}:*"), "");
     let url = create_user(&server, "nochannels", &no_channels);
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let text = backend.ping().await.unwrap_err().to_string();
@@ -346,7 +346,7 @@ async fn ping_names_a_wrong_password_and_a_missing_right() {
 
     // A right the probe does not use (`ZADD`: queues, readers), found by the doctor's check.
     let rules =
-        distlock::redis_acl_rules(PREFIX).replace(" +zadd", "") + " +acl|whoami +acl|dryrun";
+        distlock::redis::acl_rules(PREFIX).replace(" +zadd", "") + " +acl|whoami +acl|dryrun";
     let url = create_user(&server, "nozadd", &rules);
     let backend = Backend::builder(&url).prefix(PREFIX).build().unwrap();
     let text = backend.ping().await.unwrap_err().to_string();

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{released_within, watch_lock_writes, Fixture, SingleRedis};
-use distlock::{distributed_lock, KeyBuilder, Lock, LockError, LostReason, Registry};
+use distlock::__private::KeyBuilder;
+use distlock::{distributed_lock, Lock, LockError, LostReason, Registry};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -146,7 +146,7 @@ async fn waiters_are_woken_by_sharded_notifications() {
     assert!(
         findings
             .iter()
-            .any(|finding| finding.check == "persistence"),
+            .any(|finding| finding.check == distlock::Check::Persistence),
         "{findings:?}"
     );
     assert_eq!(publishes, 0, "a classic PUBLISH is broadcast to every node");
@@ -417,13 +417,13 @@ async fn a_lease_whose_slot_migrates_is_renewed_on_the_new_owner() {
     other.release().await.unwrap();
 }
 
-/// A least-privilege user with the rules `distlock::redis_cluster_acl_rules` returns, set on
+/// A least-privilege user with the rules `distlock::redis::cluster_acl_rules` returns, set on
 /// every node, can do every lock operation on the cluster — and no node logs a denied command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_cluster_user_can_do_every_operation() {
     let ttl = Duration::from_millis(300);
     let fx = Cluster::start(|b| b);
-    let rules = distlock::redis_cluster_acl_rules(PREFIX);
+    let rules = distlock::redis::cluster_acl_rules(PREFIX);
     for node in fx.cluster.nodes() {
         let mut setuser = vec!["ACL", "SETUSER", "locker", "on", ">locker-secret"];
         setuser.extend(rules.split(' '));
@@ -493,7 +493,7 @@ async fn fenced_sections(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> (u64, u64, u64, u64) {
     use redis::AsyncCommands;
-    let fenced = distlock::FencedStore::open(&resource_url).unwrap();
+    let fenced = distlock::redis::FencedStore::open(&resource_url).unwrap();
     let client = redis::Client::open(resource_url.as_str()).unwrap();
     let mut redis = client.get_multiplexed_async_connection().await.unwrap();
     let (mut sections, mut overlaps, mut rejected, mut errors) = (0, 0, 0, 0);
@@ -509,7 +509,10 @@ async fn fenced_sections(
                     .await
                     .unwrap();
                 let _: i64 = redis.decr(format!("inside:{key}"), 1).await.unwrap();
-                (inside != 1, written != distlock::FencedWrite::Applied)
+                (
+                    inside != 1,
+                    written != distlock::redis::FencedWrite::Applied,
+                )
             })
             .await;
         match outcome {

@@ -11,7 +11,8 @@ use common::etcd::until_on_etcd;
 use common::sections::{self, Tally};
 use common::worker::{self, Worker};
 use common::PREFIX;
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockError, LostReason};
 use distlock_test_support::{EtcdCluster, FaultProxy, RedisServer};
 use std::time::{Duration, Instant};
 

@@ -16,7 +16,8 @@ mod common;
 
 use common::worker;
 use common::PREFIX;
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockError};
 use distlock_test_support::{EtcdCluster, RedisServer, SentinelGroup};
 use redis::AsyncCommands;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

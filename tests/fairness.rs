@@ -10,7 +10,8 @@
 mod common;
 
 use common::worker::{self, Worker};
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockError};
 use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig};
 use redis::AsyncCommands;
 use std::sync::Mutex;

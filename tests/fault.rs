@@ -185,7 +185,7 @@ async fn an_unreachable_server_is_a_backend_error_soon() {
     let LockError::Backend(failure) = &err else {
         panic!("expected Backend, got {err:?}")
     };
-    assert_eq!(failure.operation(), "acquire");
+    assert_eq!(failure.operation(), distlock::Operation::Acquire);
     assert!(
         err.to_string().starts_with(&format!(
             "backend `redis://127.0.0.1:{port}` failed during acquire"
@@ -332,7 +332,11 @@ async fn the_doctor_names_settings_that_weaken_locks() {
     let backend = Backend::builder(risky.url()).build().unwrap();
     let findings = backend.doctor().await.unwrap();
     let checks: Vec<_> = findings.iter().map(|finding| finding.check).collect();
-    assert_eq!(checks, ["eviction", "persistence"], "{findings:?}");
+    assert_eq!(
+        checks,
+        [distlock::Check::Eviction, distlock::Check::Persistence],
+        "{findings:?}"
+    );
     assert!(findings[0]
         .to_string()
         .contains("maxmemory-policy is `allkeys-lru`"));

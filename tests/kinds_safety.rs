@@ -9,7 +9,8 @@
 mod common;
 
 use common::worker::{self, Worker};
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockKind};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockKind};
 use distlock_test_support::RedisServer;
 use redis::AsyncCommands;
 use std::time::{Duration, Instant};

@@ -9,7 +9,8 @@ mod common;
 use common::cell::{marker, read_cell};
 use common::worker::{self, Worker};
 use common::{forget_marker, watch_key_events};
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError, LostReason, Registry};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockError, LostReason, Registry};
 use distlock_test_support::{wait_until, FaultProxy, RedisServer, Reply, Wake, Xorshift};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
@@ -629,15 +630,15 @@ async fn redlock_configuration_errors_name_the_problem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_comma_separated_distlock_url_means_redlock() {
     let masters = RedisServer::start_many(3);
-    std::env::set_var(distlock::ENV_URL, urls(&masters).join(","));
-    std::env::set_var(distlock::ENV_PREFIX, PREFIX);
+    std::env::set_var(distlock::env::URL, urls(&masters).join(","));
+    std::env::set_var(distlock::env::PREFIX, PREFIX);
     let token = Lock::new("from-env")
         .run(async { distlock::fencing_token() })
         .await
         .unwrap();
     assert!(token.is_some());
     let backend = Registry::global().get("default").unwrap();
-    assert!(format!("{backend:?}").contains("redlock"), "{backend:?}");
+    assert_eq!(backend.deployment(), distlock::Deployment::Redlock);
     let copies: i64 = masters
         .iter()
         .map(|server| {
@@ -665,7 +666,10 @@ async fn the_doctor_names_the_master_of_each_finding() {
         .unwrap();
     gone.kill();
     let findings = backend.doctor().await.unwrap();
-    let checks: Vec<&str> = findings.iter().map(|finding| finding.check).collect();
+    let checks: Vec<&str> = findings
+        .iter()
+        .map(|finding| finding.check.as_str())
+        .collect();
     assert_eq!(
         checks,
         ["eviction", "persistence", "unreachable"],

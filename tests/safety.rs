@@ -7,7 +7,8 @@
 mod common;
 
 use common::worker::{self, Worker};
-use distlock::{Backend, FencedStore, FencedWrite, Lock};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock};
 use distlock_test_support::RedisServer;
 use redis::AsyncCommands;
 use std::time::{Duration, Instant};

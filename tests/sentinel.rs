@@ -164,8 +164,10 @@ async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
     // The doctor sees that one replica is all there is: a failover would leave none.
     let findings = backend.doctor().await.unwrap();
     assert!(
-        findings.iter().any(|finding| finding.check == "replicas"
-            && finding.advice.contains("exactly 1 replica(s) are online")),
+        findings
+            .iter()
+            .any(|finding| finding.check == distlock::Check::Replicas
+                && finding.advice.contains("exactly 1 replica(s) are online")),
         "{findings:?}"
     );
 

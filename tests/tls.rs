@@ -163,11 +163,11 @@ async fn tls_settings_that_cannot_apply_are_errors() {
 async fn the_environment_configures_tls() {
     let pki = TestPki::generate();
     let (_server, url) = tls_server(&pki, true);
-    std::env::set_var(distlock::ENV_URL, &url);
-    std::env::set_var(distlock::ENV_PREFIX, PREFIX);
-    std::env::set_var(distlock::ENV_TLS_CA_FILE, pki.ca());
-    std::env::set_var(distlock::ENV_TLS_CERT_FILE, pki.client_cert());
-    std::env::set_var(distlock::ENV_TLS_KEY_FILE, pki.client_key());
+    std::env::set_var(distlock::env::URL, &url);
+    std::env::set_var(distlock::env::PREFIX, PREFIX);
+    std::env::set_var(distlock::env::TLS_CA_FILE, pki.ca());
+    std::env::set_var(distlock::env::TLS_CERT_FILE, pki.client_cert());
+    std::env::set_var(distlock::env::TLS_KEY_FILE, pki.client_key());
     let token = Lock::new("from-env")
         .run(async { distlock::fencing_token() })
         .await

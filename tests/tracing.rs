@@ -147,7 +147,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
     let mut setuser = vec!["ACL", "SETUSER", "locker", "on"];
     let password_rule = format!(">{PASSWORD}");
     setuser.push(&password_rule);
-    let rules = distlock::redis_acl_rules(PREFIX);
+    let rules = distlock::redis::acl_rules(PREFIX);
     setuser.extend(rules.split(' '));
     assert_eq!(server.command(&setuser), Reply::Simple("OK".into()));
     let url = format!("redis://locker:{PASSWORD}@127.0.0.1:{}", server.port());

@@ -15,7 +15,7 @@ pub(crate) fn inspected(format: Format, backend: &Backend, key: &str, holder: Op
     match format {
         Format::Json => {
             let mut object = holder_json(key, holder);
-            object["deployment"] = json!(backend.deployment());
+            object["deployment"] = json!(backend.deployment().as_str());
             println!("{object}");
         }
         Format::Text => match holder {
@@ -30,7 +30,7 @@ pub(crate) fn listed(format: Format, backend: &Backend, held: &[HeldLock]) {
         Format::Json => {
             for lock in held {
                 let mut object = holder_json(&lock.key, Some(&lock.holder));
-                object["deployment"] = json!(backend.deployment());
+                object["deployment"] = json!(backend.deployment().as_str());
                 println!("{object}");
             }
         }
@@ -50,9 +50,9 @@ pub(crate) fn findings(format: Format, backend: &Backend, findings: &[Finding]) 
         Format::Json => {
             for finding in findings {
                 let object = json!({
-                    "check": finding.check,
+                    "check": finding.check.as_str(),
                     "advice": finding.advice,
-                    "deployment": backend.deployment(),
+                    "deployment": backend.deployment().as_str(),
                 });
                 println!("{object}");
             }

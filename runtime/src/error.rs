@@ -1,5 +1,6 @@
 //! [`LockError`]: everything a lock can report, each variant saying what happened and what to do.
 
+use crate::lock::kind::LockKind;
 use std::fmt;
 use std::time::Duration;
 
@@ -23,11 +24,6 @@ pub enum LostReason {
 }
 
 impl LostReason {
-    /// The old name of [`LostReason::TakenOver`].
-    #[deprecated(since = "0.1.0", note = "renamed to `LostReason::TakenOver`")]
-    #[allow(non_upper_case_globals)]
-    pub const Stolen: LostReason = LostReason::TakenOver;
-
     /// The `reason` label of `distlock_leases_lost_total`: the variant in snake case.
     pub(crate) const fn label(self) -> &'static str {
         match self {
@@ -61,7 +57,7 @@ impl fmt::Display for LostReason {
 #[derive(Debug)]
 pub struct BackendError {
     pub(crate) backend: String,
-    pub(crate) operation: &'static str,
+    pub(crate) operation: Operation,
     pub(crate) ambiguous: bool,
     pub(crate) source: Box<dyn std::error::Error + Send + Sync + 'static>,
 }
@@ -69,7 +65,7 @@ pub struct BackendError {
 impl BackendError {
     pub(crate) fn new(
         backend: &str,
-        operation: &'static str,
+        operation: Operation,
         ambiguous: bool,
         source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
@@ -87,8 +83,8 @@ impl BackendError {
         &self.backend
     }
 
-    /// What was being done: `"acquire"`, `"release"`, `"renew"`, `"connect"`, …
-    pub fn operation(&self) -> &'static str {
+    /// What was being done.
+    pub fn operation(&self) -> Operation {
         self.operation
     }
 
@@ -115,6 +111,73 @@ impl fmt::Display for BackendError {
 impl std::error::Error for BackendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&*self.source)
+    }
+}
+
+/// What a backend was doing when it failed ([`BackendError::operation`]); its
+/// [`Display`](fmt::Display) is the word the error's message uses.
+///
+/// ```
+/// use distlock::Operation;
+///
+/// assert_eq!(Operation::FencedWrite.to_string(), "fenced write");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Taking a lock.
+    Acquire,
+    /// Subscribing to a lock's release notifications while waiting for it.
+    Subscribe,
+    /// Releasing a lock.
+    Release,
+    /// Renewing a lease (the watchdog's failed renewals end as a lost lease instead).
+    Renew,
+    /// [`LockGuard::extend`](crate::LockGuard::extend).
+    Extend,
+    /// [`Backend::ping`](crate::Backend::ping) (and [`BackendBuilder::connect`](crate::BackendBuilder::connect)).
+    Ping,
+    /// [`Backend::shutdown`](crate::Backend::shutdown).
+    Shutdown,
+    /// [`Backend::inspect`](crate::Backend::inspect).
+    Inspect,
+    /// [`Backend::list`](crate::Backend::list).
+    List,
+    /// [`Backend::force_unlock`](crate::Backend::force_unlock).
+    Unlock,
+    /// [`Backend::events`](crate::Backend::events).
+    Events,
+    /// [`Backend::doctor`](crate::Backend::doctor).
+    Doctor,
+    /// [`FencedStore::write`](crate::redis::FencedStore::write).
+    FencedWrite,
+}
+
+impl Operation {
+    /// The word for it: `acquire`, `subscribe`, `release`, `renew`, `extend`, `ping`,
+    /// `shutdown`, `inspect`, `list`, `unlock`, `events`, `doctor` or `fenced write`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Operation::Acquire => "acquire",
+            Operation::Subscribe => "subscribe",
+            Operation::Release => "release",
+            Operation::Renew => "renew",
+            Operation::Extend => "extend",
+            Operation::Ping => "ping",
+            Operation::Shutdown => "shutdown",
+            Operation::Inspect => "inspect",
+            Operation::List => "list",
+            Operation::Unlock => "unlock",
+            Operation::Events => "events",
+            Operation::Doctor => "doctor",
+            Operation::FencedWrite => "fenced write",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -223,9 +286,9 @@ pub enum LockError {
         /// The key.
         key: String,
         /// How the enclosing call holds it.
-        held: String,
+        held: LockKind,
         /// How the nested call asked for it.
-        wanted: String,
+        wanted: LockKind,
         /// What to do instead.
         advice: &'static str,
     },

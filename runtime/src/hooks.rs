@@ -39,10 +39,74 @@ pub(crate) struct TestHooks {
     pub(crate) ignore_switch_announcements: bool,
 }
 
-/// Shared by the backend handle and its engine.
+/// Shared by the backend handle and its engine: the knobs, and the counters the engine shows.
 #[cfg(distlock_test_hooks)]
-#[derive(Debug, Clone, Default)]
-pub(crate) struct SharedHooks(std::sync::Arc<std::sync::Mutex<TestHooks>>);
+#[derive(Clone, Default)]
+pub(crate) struct SharedHooks {
+    knobs: std::sync::Arc<std::sync::Mutex<TestHooks>>,
+    probes: std::sync::Arc<std::sync::Mutex<Vec<(Probe, ProbeFn)>>>,
+}
+
+#[cfg(distlock_test_hooks)]
+impl std::fmt::Debug for SharedHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedHooks").field(&read(self)).finish()
+    }
+}
+
+/// A counter an engine shows the test suite (`__private::raw::watched_channels`, …). Engines
+/// register them when they are made ([`SharedHooks::show`]), so that the `Engine` trait is the
+/// same in every build.
+#[cfg(distlock_test_hooks)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// Release-notification channels with a local watcher.
+    WatchedChannels,
+    /// Calls that waited for a batch (group commit) instead of going out on their own.
+    BatchedCalls,
+    /// Renewal round trips, where the engine groups renewals itself (Redis Cluster).
+    RenewalRoundTrips,
+}
+
+#[cfg(distlock_test_hooks)]
+type ProbeFn = Box<dyn Fn() -> u64 + Send + Sync>;
+
+#[cfg(distlock_test_hooks)]
+impl SharedHooks {
+    /// Shows `probe` as `read` of `engine`, for as long as the engine lives (held weakly: an
+    /// engine holds its hooks).
+    pub(crate) fn show<E: Send + Sync + 'static>(
+        &self,
+        probe: Probe,
+        engine: &std::sync::Arc<E>,
+        read: fn(&E) -> u64,
+    ) {
+        let engine = std::sync::Arc::downgrade(engine);
+        let probes = &mut self.probes.lock().unwrap_or_else(|e| e.into_inner());
+        probes.push((
+            probe,
+            Box::new(move || engine.upgrade().map_or(0, |engine| read(&engine))),
+        ));
+    }
+
+    /// What the engine shows as `probe`; 0 where it shows nothing.
+    pub(crate) fn probe(&self, probe: Probe) -> u64 {
+        let probes = self.probes.lock().unwrap_or_else(|e| e.into_inner());
+        probes
+            .iter()
+            .filter(|(shown, _)| *shown == probe)
+            .map(|(_, read)| read())
+            .sum()
+    }
+
+    /// Hooks of their own for another client of the same engine, which shows the same counters.
+    pub(crate) fn for_another_client(&self) -> SharedHooks {
+        SharedHooks {
+            knobs: std::sync::Arc::default(),
+            probes: self.probes.clone(),
+        }
+    }
+}
 
 /// Shared by the backend handle and its engine: nothing to share without the test hooks.
 #[cfg(not(distlock_test_hooks))]
@@ -55,7 +119,7 @@ pub(crate) struct SharedHooks {
 pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
     #[cfg(distlock_test_hooks)]
     {
-        *hooks.0.lock().unwrap_or_else(|e| e.into_inner())
+        *hooks.knobs.lock().unwrap_or_else(|e| e.into_inner())
     }
     #[cfg(not(distlock_test_hooks))]
     {
@@ -67,7 +131,7 @@ pub(crate) fn read(hooks: &SharedHooks) -> TestHooks {
 /// Changes the hooks.
 #[cfg(distlock_test_hooks)]
 pub(crate) fn set(hooks: &SharedHooks, change: impl FnOnce(&mut TestHooks)) {
-    change(&mut hooks.0.lock().unwrap_or_else(|e| e.into_inner()));
+    change(&mut hooks.knobs.lock().unwrap_or_else(|e| e.into_inner()));
 }
 
 /// Marks a change of local state that tests wait on — a local queue or turn, a watched channel,

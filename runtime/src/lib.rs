@@ -64,7 +64,7 @@
 //!   answers, otherwise by its lease's end ([cancellation](guide::cancellation)).
 //! - A lock alone is only approximately exclusive: a holder paused past its lease may still act,
 //!   and an asynchronously replicated Redis can grant a lock twice in a failover. Exactness needs
-//!   the resource to check fencing tokens ([`FencedStore`], [fencing](guide::fencing)) and, for
+//!   the resource to check fencing tokens ([`redis::FencedStore`], [fencing](guide::fencing)) and, for
 //!   data, a deployment that keeps grants through a failover ([deployments](guide::deployments)).
 //!
 //! ## Features
@@ -89,6 +89,7 @@
 
 mod backend;
 mod engines;
+pub mod env;
 mod error;
 pub mod guide;
 mod hooks;
@@ -104,35 +105,31 @@ mod web;
 #[path = "private.rs"]
 pub mod __private;
 
-/// The Lua scripts the Redis engines run that a resource may run too.
-pub mod scripts {
+/// What only the Redis deployments have: the fenced write a resource on Redis checks tokens
+/// with ([`FencedStore`](redis::FencedStore), and its script for your own connection), and the
+/// ACL rules a Redis user needs to take locks.
+pub mod redis {
+    pub use crate::engines::redis::acl::{acl_rules, cluster_acl_rules};
+    pub use crate::engines::redis::fenced::{FencedStore, FencedWrite};
     pub use crate::engines::redis::scripts::FENCED_SET_LUA;
 }
 
-pub use backend::config::{
-    ENV_CLOCK_DRIFT_FACTOR, ENV_CONNECT_TIMEOUT, ENV_HOLDER_LABEL, ENV_LOCAL_BATCH, ENV_MARKER_TTL,
-    ENV_MASTER_TIMEOUT, ENV_MAX_BACKOFF, ENV_MAX_KEY_LEN, ENV_MIN_REPLICAS, ENV_PREFIX,
-    ENV_RENEW_BATCH, ENV_REPLICA_TIMEOUT, ENV_RESPONSE_TIMEOUT, ENV_TLS_CA_FILE, ENV_TLS_CERT_FILE,
-    ENV_TLS_KEY_FILE, ENV_URL, ENV_WATCHDOG_LEASE, ENV_WATCHDOG_TIMEOUT,
-};
 pub use backend::registry::{Registry, DEFAULT_BACKEND};
 pub use backend::{Backend, BackendBuilder, MIN_LEASE, SHUTDOWN_TIMEOUT};
-pub use engines::engine::Holder;
-pub use engines::redis::acl::{redis_acl_rules, redis_cluster_acl_rules};
-pub use engines::redis::fenced::{FencedStore, FencedWrite};
-pub use error::{BackendError, LockError, LostReason};
+pub use engines::engine::{Deployment, Holder};
+pub use error::{BackendError, LockError, LostReason, Operation};
 pub use lock::context::{checkpoint, fencing_token, is_held};
 pub use lock::guard::LockGuard;
-pub use lock::key::KeyBuilder;
 pub use lock::kind::LockKind;
 pub use lock::policy::{Lease, OnLost, Wait};
 pub use lock::release::Released;
 pub use lock::Lock;
-pub use operating::doctor::Finding;
+pub use operating::doctor::{Check, Finding};
+pub use operating::key_events::Notifications;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use operating::metrics::describe_metrics;
-pub use operating::operator::{HeldLock, LockEvent, LockEventKind, LockEvents, Notifications};
+pub use operating::operator::{HeldLock, LockEvent, LockEventKind, LockEvents};
 pub use operating::stats::{StatsSnapshot, WAIT_BUCKETS};
 
 /// # Example that runs

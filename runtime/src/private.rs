@@ -61,6 +61,8 @@ pub fn assert_from_lock_error<E: From<LockError>>() {}
 pub mod raw {
     use crate::backend::Backend;
     use crate::engines::engine::{Acquired, Asker, Ownership, Renewal};
+    use crate::error::Operation;
+    use crate::hooks::Probe;
     use crate::lock::kind::LockKind;
     use crate::lock::owner::Owner;
     use crate::LockError;
@@ -116,7 +118,7 @@ pub mod raw {
                 wanted,
                 timeout,
             }),
-            Err(failure) => Err(backend.backend_error("acquire", failure)),
+            Err(failure) => Err(backend.backend_error(Operation::Acquire, failure)),
         }
     }
 
@@ -142,7 +144,7 @@ pub mod raw {
             Ok(Acquired::Yes { fence }) => Ok(Ok(fence)),
             Ok(Acquired::Busy { next, .. }) => Ok(Err(next.is_some())),
             Ok(other) => panic!("unexpected answer {other:?}"),
-            Err(failure) => Err(backend.backend_error("acquire", failure)),
+            Err(failure) => Err(backend.backend_error(Operation::Acquire, failure)),
         }
     }
 
@@ -163,7 +165,7 @@ pub mod raw {
             )
             .await
             .map(code)
-            .map_err(|failure| backend.backend_error("release", failure))
+            .map_err(|failure| backend.backend_error(Operation::Release, failure))
     }
 
     /// Renew with an explicit owner token.
@@ -190,7 +192,7 @@ pub mod raw {
             .renew(&batch)
             .await
             .map(|answers| answers[0].map_or(0, code))
-            .map_err(|failure| backend.backend_error("renew", failure))
+            .map_err(|failure| backend.backend_error(Operation::Renew, failure))
     }
 
     /// A second client of `backend`'s engine (the same Redis connection or in-process map) with
@@ -227,19 +229,19 @@ pub mod raw {
 
     /// Release-notification channels with a local watcher.
     pub fn watched_channels(backend: &Backend) -> usize {
-        backend.inner.engine.watched_channels()
+        backend.inner.hooks.probe(Probe::WatchedChannels) as usize
     }
 
     /// Renewal round trips the engine sent, where it groups renewals itself (Redis Cluster: one
     /// per master holding leases per period); 0 for the others.
     pub fn renewal_round_trips(backend: &Backend) -> u64 {
-        backend.inner.engine.renewal_round_trips()
+        backend.inner.hooks.probe(Probe::RenewalRoundTrips)
     }
 
     /// Acquires and releases that went to the server in a batch (group commit) rather than on
     /// their own.
     pub fn batched_calls(backend: &Backend) -> u64 {
-        backend.inner.engine.batched_calls()
+        backend.inner.hooks.probe(Probe::BatchedCalls)
     }
 
     /// Test hook: pause this long before acting on an acquire's reply — the window in which a

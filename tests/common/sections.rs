@@ -10,7 +10,8 @@
 //! `resumed`. Each section records its token (`tokens`) and when it ended (`ended_at_us`).
 
 use super::worker;
-use distlock::{Backend, FencedStore, FencedWrite, Lock, LockError};
+use distlock::redis::{FencedStore, FencedWrite};
+use distlock::{Backend, Lock, LockError};
 use distlock_test_support::{RedisServer, Reply};
 use redis::AsyncCommands;
 use std::time::Duration;

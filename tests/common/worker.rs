@@ -154,7 +154,10 @@ impl Drop for Worker {
 /// token and waits for the parent's `go` (the parent stops and continues it meanwhile); then
 /// reports what its checkpoint says (`held`, or `lost <reason>`) and what `fenced` made of its
 /// late write of `resource`.
-pub async fn hold_then_write_late(backend: &distlock::Backend, fenced: &distlock::FencedStore) {
+pub async fn hold_then_write_late(
+    backend: &distlock::Backend,
+    fenced: &distlock::redis::FencedStore,
+) {
     distlock::Lock::new("held")
         .on(backend)
         .run(async {
@@ -192,11 +195,11 @@ pub async fn take_over_and_write(
         .await
         .unwrap();
     let taken_at = Instant::now();
-    let fenced = distlock::FencedStore::open(resource_url).unwrap();
+    let fenced = distlock::redis::FencedStore::open(resource_url).unwrap();
     let written = fenced
         .write("resource", guard.fencing_token(), b"new holder")
         .await
         .unwrap();
-    assert_eq!(written, distlock::FencedWrite::Applied);
+    assert_eq!(written, distlock::redis::FencedWrite::Applied);
     (guard, taken_at)
 }

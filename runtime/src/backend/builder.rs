@@ -1,11 +1,11 @@
 //! [`BackendBuilder`]: every setting of a backend, each with its default.
 
 use super::handle::Backend;
-use super::spec::EngineSpec;
-use crate::engines::redis::node::Timeouts;
-use crate::engines::redis::tls::{read_pem, TlsFiles};
+use crate::engines::settings::{read_pem, Timeouts, TlsFiles};
+use crate::engines::spec::EngineSpec;
 use crate::error::LockError;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// [`BackendBuilder::local_batch`]'s default: a local transfer costs one round trip and a script,
@@ -32,118 +32,7 @@ impl Backend {
     /// # let _ = backend;
     /// ```
     pub fn builder(url: impl Into<String>) -> BackendBuilder {
-        BackendBuilder::new(EngineSpec::from_url(&url.into()))
-    }
-
-    /// The in-process backend: the same semantics as Redis (TTL expiry, ownership, fencing,
-    /// validity) inside this process, for demos and unit tests.
-    ///
-    /// ```
-    /// let backend = distlock::Backend::in_process();
-    /// # let _ = backend;
-    /// ```
-    pub fn in_process() -> Backend {
-        Backend::in_process_builder()
-            .build()
-            .expect("the default settings are valid")
-    }
-
-    /// A builder for the in-process backend, to adjust its settings.
-    pub fn in_process_builder() -> BackendBuilder {
-        BackendBuilder::new(Ok(EngineSpec::InProcess))
-    }
-
-    /// A builder for the primary a Sentinel group names as `master_name`, followed across
-    /// failovers: the same as [`Backend::builder`] with
-    /// `redis-sentinel://host:port,…/master_name` (what `DISTLOCK_URL` takes; use that form for
-    /// credentials and a database number).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let backend = distlock::Backend::sentinel(
-    ///     ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"],
-    ///     "orders",
-    /// )
-    /// .min_replicas(1)
-    /// .replica_timeout(Duration::from_millis(200))
-    /// .build()
-    /// .expect("three sentinels");
-    /// # let _ = backend;
-    /// ```
-    pub fn sentinel<I, S>(sentinels: I, master_name: &str) -> BackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        BackendBuilder::new(EngineSpec::sentinel(strings(sentinels), master_name))
-    }
-
-    /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
-    /// found from it): the same as [`Backend::builder`] with `redis-cluster://host:port,…` (what
-    /// `DISTLOCK_URL` takes; use that form for credentials).
-    ///
-    /// ```
-    /// let backend = distlock::Backend::cluster(["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"])
-    ///     .prefix("billing")
-    ///     .build()
-    ///     .expect("three seed nodes");
-    /// # let _ = backend;
-    /// ```
-    pub fn cluster<I, S>(nodes: I) -> BackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        BackendBuilder::new(EngineSpec::cluster(strings(nodes)))
-    }
-
-    /// A builder for Redlock over independent Redis masters, each a full `redis://` or
-    /// `rediss://` URL with its own credentials: at least 3, an odd number (3 or 5) being the
-    /// useful sizes. The same as [`Backend::builder`] with the URLs joined by commas (what
-    /// `DISTLOCK_URL` takes).
-    ///
-    /// ```
-    /// let backend = distlock::Backend::redlock([
-    ///     "redis://10.0.0.1:6379",
-    ///     "redis://10.0.0.2:6379",
-    ///     "redis://:secret@10.0.0.3:6379",
-    /// ])
-    /// .master_timeout(std::time::Duration::from_millis(50))
-    /// .build()
-    /// .expect("three masters");
-    /// # let _ = backend;
-    /// ```
-    pub fn redlock<I, U>(masters: I) -> BackendBuilder
-    where
-        I: IntoIterator<Item = U>,
-        U: Into<String>,
-    {
-        BackendBuilder::new(EngineSpec::redlock(
-            masters.into_iter().map(Into::into).collect(),
-        ))
-    }
-
-    /// A builder for an etcd cluster, from its members' client addresses (`host[:port]`, port
-    /// 2379 by default; one reachable is enough, the client moves on when one fails): the same
-    /// as [`Backend::builder`] with `etcd://host:port,…` (what `DISTLOCK_URL` takes; use that
-    /// form for credentials). Feature `etcd`.
-    ///
-    /// ```
-    /// let backend = distlock::Backend::etcd(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"])
-    ///     .prefix("billing")
-    ///     .build()
-    ///     .expect("three members");
-    /// # let _ = backend;
-    /// ```
-    #[cfg(feature = "etcd")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
-    pub fn etcd<I, S>(members: I) -> BackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        BackendBuilder::new(EngineSpec::etcd(strings(members)))
+        BackendBuilder::new(crate::engines::from_url(&url.into()))
     }
 }
 
@@ -163,7 +52,7 @@ impl Backend {
 #[derive(Clone)]
 pub struct BackendBuilder {
     /// The deployment, or what is wrong with it (reported by `build`).
-    pub(super) spec: Result<EngineSpec, (String, String)>,
+    pub(super) spec: Result<Arc<dyn EngineSpec>, (String, String)>,
     pub(super) prefix: String,
     pub(super) watchdog_lease: Duration,
     pub(super) max_key_len: usize,
@@ -215,7 +104,10 @@ impl std::fmt::Debug for BackendBuilder {
 }
 
 impl BackendBuilder {
-    fn new(spec: Result<EngineSpec, LockError>) -> Self {
+    /// A builder for the deployment `spec`, or one that reports what is wrong with it at
+    /// [`build`](Self::build): what `Backend::builder` and each deployment's typed constructor
+    /// make.
+    pub(crate) fn new(spec: Result<Arc<dyn EngineSpec>, LockError>) -> Self {
         BackendBuilder {
             spec: spec.map_err(|err| match err {
                 LockError::InvalidConfig { setting, problem } => (setting, problem),
@@ -252,12 +144,6 @@ impl BackendBuilder {
         self
     }
 
-    /// The old name of [`watchdog_lease`](Self::watchdog_lease).
-    #[deprecated(since = "0.1.0", note = "renamed to `watchdog_lease`")]
-    pub fn watchdog_timeout(self, ttl: Duration) -> Self {
-        self.watchdog_lease(ttl)
-    }
-
     /// Longest accepted key in bytes, after rendering and escaping; a longer key is
     /// [`LockError::InvalidKey`], never truncated. Default 512.
     pub fn max_key_len(mut self, bytes: usize) -> Self {
@@ -272,12 +158,6 @@ impl BackendBuilder {
     pub fn marker_ttl(mut self, ttl: Duration) -> Self {
         self.marker_ttl = ttl;
         self
-    }
-
-    /// The old name of [`marker_ttl`](Self::marker_ttl).
-    #[deprecated(since = "0.1.0", note = "renamed to `marker_ttl`")]
-    pub fn fence_counter_ttl(self, ttl: Duration) -> Self {
-        self.marker_ttl(ttl)
     }
 
     /// Most leases renewed by one script call. Default 256.
@@ -459,16 +339,4 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<(), LockError> {
         ));
     }
     Ok(())
-}
-
-/// The items of a typed constructor's list, as strings.
-fn strings<I, S>(items: I) -> Vec<String>
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
-    items
-        .into_iter()
-        .map(|item| item.as_ref().to_owned())
-        .collect()
 }

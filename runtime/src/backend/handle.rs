@@ -1,7 +1,8 @@
 //! [`Backend`]: the cheap, cloneable handle users register — an engine with the machinery every
 //! engine shares (the watchdog, the local queues, stats, settings).
 
-use crate::engines::engine::{Engine, EngineFailure, Holder};
+use crate::engines::engine::{Deployment, Engine, EngineFailure, Holder};
+use crate::error::Operation;
 use crate::hooks::SharedHooks;
 use crate::lock::watchdog::Watchdog;
 use crate::operating::stats::{Stats, StatsSnapshot};
@@ -70,7 +71,7 @@ pub(crate) struct BackendInner {
     pub(crate) stats: Arc<Stats>,
     pub(crate) gates: Arc<Gates>,
     pub(crate) hooks: SharedHooks,
-    pub(crate) deployment: &'static str,
+    pub(crate) deployment: Deployment,
     /// The key [`ping`](Backend::ping) probes, one per backend (so that its token marker is one
     /// key however often it pings); held while a ping runs, so pings take turns.
     pub(crate) ping_probe: tokio::sync::Mutex<String>,
@@ -97,7 +98,7 @@ impl Backend {
         engine: Arc<dyn Engine>,
         settings: Settings,
         hooks: SharedHooks,
-        deployment: &'static str,
+        deployment: Deployment,
     ) -> Backend {
         let stats = Arc::new(Stats::default());
         Backend {
@@ -135,16 +136,10 @@ impl Backend {
             .clone()
     }
 
-    /// The deployment this backend talks to: `"redis"` (one server), `"sentinel"`, `"cluster"`,
-    /// `"redlock"`, `"etcd"` or `"in-process"`.
-    pub fn deployment(&self) -> &'static str {
+    /// The deployment this backend talks to: one Redis server, Sentinel, a Cluster, Redlock,
+    /// etcd or the in-process map.
+    pub fn deployment(&self) -> Deployment {
         self.inner.deployment
-    }
-
-    /// The old name of [`deployment`](Self::deployment) (not a [`LockKind`](crate::LockKind)).
-    #[deprecated(since = "0.1.0", note = "renamed to `deployment`")]
-    pub fn kind(&self) -> &'static str {
-        self.deployment()
     }
 
     /// The key namespace of this backend.
@@ -155,12 +150,6 @@ impl Backend {
     /// The TTL of watchdog leases (renewed every third of it).
     pub fn watchdog_lease(&self) -> Duration {
         self.inner.settings.watchdog_lease
-    }
-
-    /// The old name of [`watchdog_lease`](Self::watchdog_lease).
-    #[deprecated(since = "0.1.0", note = "renamed to `watchdog_lease`")]
-    pub fn watchdog_timeout(&self) -> Duration {
-        self.watchdog_lease()
     }
 
     /// Counters since start-up: acquisitions, busy results, lost leases, renewals, wait times.
@@ -186,7 +175,7 @@ impl Backend {
             .engine
             .inspect(key)
             .await
-            .map_err(|failure| self.backend_error("inspect", failure))
+            .map_err(|failure| self.backend_error(Operation::Inspect, failure))
     }
 
     /// Checks the lock server for settings that quietly weaken locks: an eviction policy other
@@ -206,7 +195,7 @@ impl Backend {
             .engine
             .doctor()
             .await
-            .map_err(|failure| self.backend_error("doctor", failure))
+            .map_err(|failure| self.backend_error(Operation::Doctor, failure))
     }
 
     /// [`LockError::ShutDown`] once [`shutdown`](Self::shutdown) began.
@@ -232,18 +221,14 @@ impl Backend {
         }
     }
 
-    pub(crate) fn backend_error(
-        &self,
-        operation: &'static str,
-        failure: EngineFailure,
-    ) -> LockError {
+    pub(crate) fn backend_error(&self, operation: Operation, failure: EngineFailure) -> LockError {
         self.failure(operation, failure.ambiguous, failure.source)
     }
 
     /// [`LockError::Backend`] for `operation` of this backend, saying `what` went wrong.
     pub(crate) fn failure(
         &self,
-        operation: &'static str,
+        operation: Operation,
         ambiguous: bool,
         what: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> LockError {
@@ -262,7 +247,7 @@ impl Backend {
         Backend::assemble(
             self.inner.engine.clone(),
             self.inner.settings.clone(),
-            SharedHooks::default(),
+            self.inner.hooks.for_another_client(),
             self.inner.deployment,
         )
     }

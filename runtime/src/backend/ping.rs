@@ -5,8 +5,10 @@ use super::builder::BackendBuilder;
 use super::handle::Backend;
 use crate::engines::engine::{Acquired, Asker, GrantedAs, Ownership};
 use crate::error::LockError;
+use crate::error::Operation;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
+use crate::operating::doctor::Check;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -56,18 +58,24 @@ impl Backend {
         // Release notifications: the subscription a waiter makes (a user without the release
         // channels fails here, as a waiter would).
         let watch = self.inner.engine.watch(&probe).await;
-        drop(watch.map_err(|failure| self.backend_error("ping", failure))?);
+        drop(watch.map_err(|failure| self.backend_error(Operation::Ping, failure))?);
         // The rights the probe does not use (queues, readers, publishing), where the user may
         // ask; a user that may not is not asked again (each refusal is an ACL LOG entry).
         if self.inner.rights_unchecked.load(Ordering::Relaxed) {
             return Ok(());
         }
         let findings = self.inner.engine.rights().await;
-        if findings.iter().any(|finding| finding.check == "unchecked") {
+        if findings
+            .iter()
+            .any(|finding| finding.check == Check::Unchecked)
+        {
             self.inner.rights_unchecked.store(true, Ordering::Relaxed);
         }
-        match findings.into_iter().find(|finding| finding.check == "acl") {
-            Some(denied) => Err(self.failure("ping", false, denied.advice)),
+        match findings
+            .into_iter()
+            .find(|finding| finding.check == Check::Acl)
+        {
+            Some(denied) => Err(self.failure(Operation::Ping, false, denied.advice)),
             None => Ok(()),
         }
     }
@@ -85,32 +93,33 @@ impl Backend {
         let acquired = engine
             .acquire(probe, &owner, PROBE_LEASE, Asker::Once, exclusive)
             .await;
-        let granted = match acquired.map_err(|failure| self.backend_error("ping", failure))? {
-            Acquired::Yes { fence } => GrantedAs::Quietly { fence },
-            Acquired::Unreplicated {
-                acknowledged,
-                wanted,
-                timeout,
-            } => {
-                return Err(LockError::ReplicasNotAcknowledged {
-                    key: probe.to_owned(),
+        let granted =
+            match acquired.map_err(|failure| self.backend_error(Operation::Ping, failure))? {
+                Acquired::Yes { fence } => GrantedAs::Quietly { fence },
+                Acquired::Unreplicated {
                     acknowledged,
                     wanted,
                     timeout,
-                })
-            }
-            // The probe of a ping dropped midway, still held (for at most PROBE_LEASE): the
-            // server answered the lock script, which is what this step checks.
-            Acquired::Busy { .. } => return Ok(()),
-        };
+                } => {
+                    return Err(LockError::ReplicasNotAcknowledged {
+                        key: probe.to_owned(),
+                        acknowledged,
+                        wanted,
+                        timeout,
+                    })
+                }
+                // The probe of a ping dropped midway, still held (for at most PROBE_LEASE): the
+                // server answered the lock script, which is what this step checks.
+                Acquired::Busy { .. } => return Ok(()),
+            };
         match engine.release(probe, &owner, exclusive, granted).await {
             Ok(Ownership::Ours) => Ok(()),
             Ok(found) => Err(self.failure(
-                "ping",
+                Operation::Ping,
                 false,
                 format!("the probe lock was not ours at release: {found:?}"),
             )),
-            Err(failure) => Err(self.backend_error("ping", failure)),
+            Err(failure) => Err(self.backend_error(Operation::Ping, failure)),
         }
     }
 }

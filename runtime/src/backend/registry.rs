@@ -1,7 +1,8 @@
 //! [`Registry`]: named backends, global, configured once in `main`.
 
-use crate::backend::config::{backend_from_env, ENV_URL};
+use crate::backend::config::backend_from_env;
 use crate::backend::Backend;
+use crate::env;
 use crate::LockError;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
@@ -16,23 +17,23 @@ pub const DEFAULT_BACKEND: &str = "default";
 ///
 /// | variable | builder setting |
 /// |---|---|
-/// | [`DISTLOCK_URL`](crate::ENV_URL) | the URL ([`Backend::builder`]) |
-/// | [`DISTLOCK_WATCHDOG_LEASE`](crate::ENV_WATCHDOG_LEASE) (or `DISTLOCK_WATCHDOG_TIMEOUT`) | [`watchdog_lease`](crate::BackendBuilder::watchdog_lease) |
-/// | [`DISTLOCK_PREFIX`](crate::ENV_PREFIX) | [`prefix`](crate::BackendBuilder::prefix) |
-/// | [`DISTLOCK_MIN_REPLICAS`](crate::ENV_MIN_REPLICAS) | [`min_replicas`](crate::BackendBuilder::min_replicas) |
-/// | [`DISTLOCK_REPLICA_TIMEOUT`](crate::ENV_REPLICA_TIMEOUT) | [`replica_timeout`](crate::BackendBuilder::replica_timeout) |
-/// | [`DISTLOCK_RESPONSE_TIMEOUT`](crate::ENV_RESPONSE_TIMEOUT) | [`response_timeout`](crate::BackendBuilder::response_timeout) |
-/// | [`DISTLOCK_CONNECT_TIMEOUT`](crate::ENV_CONNECT_TIMEOUT) | [`connect_timeout`](crate::BackendBuilder::connect_timeout) |
-/// | [`DISTLOCK_MASTER_TIMEOUT`](crate::ENV_MASTER_TIMEOUT) | [`master_timeout`](crate::BackendBuilder::master_timeout) |
-/// | [`DISTLOCK_MAX_BACKOFF`](crate::ENV_MAX_BACKOFF) | [`max_backoff`](crate::BackendBuilder::max_backoff) |
-/// | [`DISTLOCK_LOCAL_BATCH`](crate::ENV_LOCAL_BATCH) | [`local_batch`](crate::BackendBuilder::local_batch) |
-/// | [`DISTLOCK_MARKER_TTL`](crate::ENV_MARKER_TTL) | [`marker_ttl`](crate::BackendBuilder::marker_ttl) |
-/// | [`DISTLOCK_CLOCK_DRIFT_FACTOR`](crate::ENV_CLOCK_DRIFT_FACTOR) | [`clock_drift_factor`](crate::BackendBuilder::clock_drift_factor) |
-/// | [`DISTLOCK_RENEW_BATCH`](crate::ENV_RENEW_BATCH) | [`renew_batch`](crate::BackendBuilder::renew_batch) |
-/// | [`DISTLOCK_MAX_KEY_LEN`](crate::ENV_MAX_KEY_LEN) | [`max_key_len`](crate::BackendBuilder::max_key_len) |
-/// | [`DISTLOCK_HOLDER_LABEL`](crate::ENV_HOLDER_LABEL) | [`holder_label`](crate::BackendBuilder::holder_label) |
-/// | [`DISTLOCK_TLS_CA_FILE`](crate::ENV_TLS_CA_FILE) | [`tls_ca_file`](crate::BackendBuilder::tls_ca_file) |
-/// | [`DISTLOCK_TLS_CERT_FILE`](crate::ENV_TLS_CERT_FILE), [`DISTLOCK_TLS_KEY_FILE`](crate::ENV_TLS_KEY_FILE) | [`tls_client_auth_files`](crate::BackendBuilder::tls_client_auth_files) |
+/// | [`DISTLOCK_URL`](crate::env::URL) | the URL ([`Backend::builder`]) |
+/// | [`DISTLOCK_WATCHDOG_LEASE`](crate::env::WATCHDOG_LEASE) | [`watchdog_lease`](crate::BackendBuilder::watchdog_lease) |
+/// | [`DISTLOCK_PREFIX`](crate::env::PREFIX) | [`prefix`](crate::BackendBuilder::prefix) |
+/// | [`DISTLOCK_MIN_REPLICAS`](crate::env::MIN_REPLICAS) | [`min_replicas`](crate::BackendBuilder::min_replicas) |
+/// | [`DISTLOCK_REPLICA_TIMEOUT`](crate::env::REPLICA_TIMEOUT) | [`replica_timeout`](crate::BackendBuilder::replica_timeout) |
+/// | [`DISTLOCK_RESPONSE_TIMEOUT`](crate::env::RESPONSE_TIMEOUT) | [`response_timeout`](crate::BackendBuilder::response_timeout) |
+/// | [`DISTLOCK_CONNECT_TIMEOUT`](crate::env::CONNECT_TIMEOUT) | [`connect_timeout`](crate::BackendBuilder::connect_timeout) |
+/// | [`DISTLOCK_MASTER_TIMEOUT`](crate::env::MASTER_TIMEOUT) | [`master_timeout`](crate::BackendBuilder::master_timeout) |
+/// | [`DISTLOCK_MAX_BACKOFF`](crate::env::MAX_BACKOFF) | [`max_backoff`](crate::BackendBuilder::max_backoff) |
+/// | [`DISTLOCK_LOCAL_BATCH`](crate::env::LOCAL_BATCH) | [`local_batch`](crate::BackendBuilder::local_batch) |
+/// | [`DISTLOCK_MARKER_TTL`](crate::env::MARKER_TTL) | [`marker_ttl`](crate::BackendBuilder::marker_ttl) |
+/// | [`DISTLOCK_CLOCK_DRIFT_FACTOR`](crate::env::CLOCK_DRIFT_FACTOR) | [`clock_drift_factor`](crate::BackendBuilder::clock_drift_factor) |
+/// | [`DISTLOCK_RENEW_BATCH`](crate::env::RENEW_BATCH) | [`renew_batch`](crate::BackendBuilder::renew_batch) |
+/// | [`DISTLOCK_MAX_KEY_LEN`](crate::env::MAX_KEY_LEN) | [`max_key_len`](crate::BackendBuilder::max_key_len) |
+/// | [`DISTLOCK_HOLDER_LABEL`](crate::env::HOLDER_LABEL) | [`holder_label`](crate::BackendBuilder::holder_label) |
+/// | [`DISTLOCK_TLS_CA_FILE`](crate::env::TLS_CA_FILE) | [`tls_ca_file`](crate::BackendBuilder::tls_ca_file) |
+/// | [`DISTLOCK_TLS_CERT_FILE`](crate::env::TLS_CERT_FILE), [`DISTLOCK_TLS_KEY_FILE`](crate::env::TLS_KEY_FILE) | [`tls_client_auth_files`](crate::BackendBuilder::tls_client_auth_files) |
 ///
 /// A bad value is an error naming the variable. A lock on a name that is neither registered nor
 /// configurable is [`LockError::NotConfigured`] — never a silent in-process lock.
@@ -134,8 +135,9 @@ impl Registry {
             return Err(LockError::NotConfigured {
                 backend: name.to_owned(),
                 hint: format!(
-                    "set {ENV_URL} (e.g. redis://127.0.0.1:6379, or memory:// for the in-process backend) \
-                     or register one at start-up with distlock::Registry::global().register(\"default\", backend)"
+                    "set {} (e.g. redis://127.0.0.1:6379, or memory:// for the in-process backend) \
+                     or register one at start-up with distlock::Registry::global().register(\"default\", backend)",
+                    env::URL
                 ),
             });
         };

@@ -3,6 +3,7 @@
 
 use super::handle::Backend;
 use crate::backend::registry::Registry;
+use crate::error::Operation;
 use crate::error::{LockError, LostReason};
 use crate::lock::release::release_at_shutdown;
 use futures_util::future::join_all;
@@ -87,7 +88,7 @@ impl Backend {
             .left_to_expire
             .fetch_add(left as u64, Ordering::Relaxed);
         Err(self.failure(
-            "shutdown",
+            Operation::Shutdown,
             true,
             format!(
                 "{left} of {} locks were not released within {SHUTDOWN_TIMEOUT:?}; they expire \

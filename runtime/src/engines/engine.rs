@@ -8,7 +8,7 @@
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use crate::wait::{ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::time::Duration;
@@ -42,6 +42,39 @@ pub(crate) enum Acquired {
         wanted: u32,
         timeout: Duration,
     },
+}
+
+impl Acquired {
+    /// Another owner holds it for about `ttl` more.
+    pub(crate) const fn busy(ttl: Option<Duration>) -> Acquired {
+        Acquired::Busy {
+            ttl,
+            reserved: false,
+            next: None,
+            anew: false,
+        }
+    }
+
+    /// Free, but left to the waiters a release notified for `left` more.
+    pub(crate) const fn reserved(left: Option<Duration>) -> Acquired {
+        Acquired::Busy {
+            ttl: left,
+            reserved: true,
+            next: None,
+            anew: false,
+        }
+    }
+
+    /// Busy, the holder's time left `ttl`; the caller is queued, its place lasting `next`
+    /// (`anew`: at the back, with a new place).
+    pub(crate) const fn queued(ttl: Option<Duration>, next: Duration, anew: bool) -> Acquired {
+        Acquired::Busy {
+            ttl,
+            reserved: false,
+            next: Some(next),
+            anew,
+        }
+    }
 }
 
 /// Who asks for a lock, which decides what a busy reply does on the server.
@@ -156,6 +189,55 @@ impl std::fmt::Debug for Holder {
     }
 }
 
+/// The kind of deployment a backend talks to, as [`Backend::deployment`](crate::Backend::deployment)
+/// answers; its [`Display`](std::fmt::Display) (and [`as_str`](Self::as_str)) is what the CLI
+/// prints and its JSON's `deployment` field holds.
+///
+/// ```
+/// use distlock::{Backend, Deployment};
+///
+/// let backend = Backend::builder("redis-cluster://10.0.0.1:7000").build().unwrap();
+/// assert_eq!(backend.deployment(), Deployment::Cluster);
+/// assert_eq!(backend.deployment().to_string(), "cluster");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Deployment {
+    /// `memory://`: the in-process backend.
+    InProcess,
+    /// One Redis server (`redis://`, `rediss://`, `unix://`), or a primary behind a stable
+    /// address.
+    Redis,
+    /// The primary a Sentinel group names (`redis-sentinel://`).
+    Sentinel,
+    /// A Redis Cluster (`redis-cluster://`).
+    Cluster,
+    /// Redlock over independent Redis masters.
+    Redlock,
+    /// An etcd cluster (`etcd://`, feature `etcd`).
+    Etcd,
+}
+
+impl Deployment {
+    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock` or `etcd`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Deployment::InProcess => "in-process",
+            Deployment::Redis => "redis",
+            Deployment::Sentinel => "sentinel",
+            Deployment::Cluster => "cluster",
+            Deployment::Redlock => "redlock",
+            Deployment::Etcd => "etcd",
+        }
+    }
+}
+
+impl std::fmt::Display for Deployment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A failed engine operation, before the backend adds its name.
 #[derive(Debug)]
 pub(crate) struct EngineFailure {
@@ -165,26 +247,14 @@ pub(crate) struct EngineFailure {
 
 pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
 
-/// A script answered what this client does not know: an error, and ambiguous — the script ran,
-/// and whatever it did (a grant, a release) may have happened.
-impl From<crate::engines::redis::protocol::UnknownReply> for EngineFailure {
-    fn from(reply: crate::engines::redis::protocol::UnknownReply) -> EngineFailure {
-        EngineFailure {
-            ambiguous: true,
-            source: Box::new(reply),
-        }
-    }
-}
-
 impl EngineFailure {
     /// A key used as a semaphore taken as a lock, or the reverse (`-3` from the scripts).
     pub(crate) fn kind_mismatch(key: &str, kind: LockKind) -> EngineFailure {
         EngineFailure {
             ambiguous: false,
             source: format!(
-                "the key {key} is used as a lock of another kind than this {} lock (a semaphore \
-                 and a read/write lock cannot share a key); give one of them another key",
-                kind.describe()
+                "the key {key} is used as a lock of another kind than this {kind} lock (a \
+                 semaphore and a read/write lock cannot share a key); give one of them another key"
             )
             .into(),
         }
@@ -279,30 +349,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// fallback to polling.
     fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>>;
 
-    /// Channels with at least one local waiter (for tests of cleanup).
-    #[cfg(distlock_test_hooks)]
-    fn watched_channels(&self) -> usize;
-
-    /// Calls that waited for a batch (group commit) instead of going out on their own, since
-    /// the engine was built; engines that do not batch answer 0.
-    #[cfg(distlock_test_hooks)]
-    fn batched_calls(&self) -> u64 {
-        0
-    }
-
-    /// Renewal round trips sent since the engine was built, where the engine groups renewals
-    /// itself (Redis Cluster: one per master per period); engines that do not answer 0.
-    #[cfg(distlock_test_hooks)]
-    fn renewal_round_trips(&self) -> u64 {
-        0
-    }
-
     /// Whether a waiting writer's claim on the key — what holds new readers back — lapses
-    /// unless the writer asks again within `WRITER_INTENT` (the Redis scripts' intent), so
-    /// that a waiting writer must ask at least every `WRITER_RETRY`. `false` where the claim
-    /// lasts as long as the writer's place in the queue (etcd).
+    /// unless the writer asks again within `WRITER_INTENT` (the Redis scripts' intent, and
+    /// their in-process twin's), so that a waiting writer must ask at least every
+    /// `WRITER_RETRY`. `false` where the claim lasts as long as the writer's place in the queue
+    /// (every store of the queue engine).
     fn writer_intent_lapses(&self) -> bool {
-        true
+        false
     }
 
     /// `true` when every future of this engine is ready at its first poll (the in-process
@@ -342,12 +395,12 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// Follows `key`'s keyspace notifications on every server holding it, sending them to
     /// `events` until nobody listens; resolves once the subscriptions are in force. Without
-    /// notifications enabled on a server it fails naming the setting, unless `enable` (then it
+    /// notifications enabled on a server it fails naming the setting, unless told to enable them (then it
     /// adds the flags it needs to `notify-keyspace-events`).
     fn follow<'a>(
         &'a self,
         key: &'a str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> BoxFuture<'a, EngineResult<()>>;
 }

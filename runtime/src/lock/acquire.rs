@@ -10,6 +10,7 @@ use crate::backend::handle::BackendInner;
 use crate::backend::Backend;
 use crate::engines::engine::{Acquired, Asker, EngineFailure};
 use crate::error::LockError;
+use crate::error::Operation;
 use crate::hooks::{self, TestHooks};
 use crate::lock::kind::{LockKind, WRITER_RETRY};
 use crate::lock::lease::{HeldLease, Terms};
@@ -188,15 +189,7 @@ impl Request<'_> {
             self.backend.refuse_when_closing()?;
             let (outcome, sent_at) = match placed.take() {
                 // Queued already: as if the server had just said so.
-                Some((since, grant)) => {
-                    let answer = Acquired::Busy {
-                        ttl: None,
-                        reserved: false,
-                        next: Some(grant),
-                        anew: false,
-                    };
-                    (Ok(answer), since)
-                }
+                Some((since, grant)) => (Ok(Acquired::queued(None, grant, false)), since),
                 None => self.ask(&mut attempt, &mut state).await,
             };
             let span = tracing::Span::current();
@@ -377,7 +370,7 @@ impl Request<'_> {
             .engine
             .watch(&attempt.key)
             .await
-            .map_err(|failure| self.backend.backend_error("subscribe", failure))?;
+            .map_err(|failure| self.backend.backend_error(Operation::Subscribe, failure))?;
         *attempt.watch_slot() = Some(watch);
         // A reserved lock is waited for without another request first.
         attempt.expect_handover();
@@ -448,7 +441,7 @@ impl Request<'_> {
         let remaining = self.remaining();
         if remaining == Some(Duration::ZERO) {
             // Dropping `attempt` releases whatever a lost reply may have taken.
-            return Err(self.backend.backend_error("acquire", failure));
+            return Err(self.backend.backend_error(Operation::Acquire, failure));
         }
         attempt.waiting_gauge.start();
         let inner = &self.backend.inner;

@@ -97,7 +97,7 @@ pub fn checkpoint() -> Result<(), LockError> {
 /// The fencing token of the lock this call holds (the innermost locked call; with several keys,
 /// the first in canonical order), or `None` outside a locked call. Pass it to the resource you
 /// write, which must reject tokens older than the newest it has seen (see
-/// [`FencedStore`](crate::FencedStore)).
+/// [`FencedStore`](crate::redis::FencedStore)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

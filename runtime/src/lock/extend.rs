@@ -3,6 +3,7 @@
 
 use crate::backend::Backend;
 use crate::engines::engine::{Ownership, Renewal};
+use crate::error::Operation;
 use crate::error::{LockError, LostReason};
 use crate::lock::lease::HeldLease;
 use crate::lock::policy::valid_for;
@@ -47,7 +48,7 @@ pub(crate) async fn extend<'a>(
         .engine
         .renew(&items)
         .await
-        .map_err(|failure| backend.backend_error("extend", failure))?;
+        .map_err(|failure| backend.backend_error(Operation::Extend, failure))?;
     let drift = backend.inner.settings.drift_factor;
     let mut unanswered = 0;
     for ((lease, ttl), answer) in leases.iter().zip(&ttls).zip(answers) {
@@ -60,7 +61,7 @@ pub(crate) async fn extend<'a>(
     }
     if unanswered > 0 {
         return Err(backend.failure(
-            "extend",
+            Operation::Extend,
             true,
             format!(
                 "{unanswered} of {} keys got no answer to the extension",

@@ -3,7 +3,8 @@
 use crate::LockError;
 use std::fmt::{self, Write as _};
 
-/// Builds a lock key from template text and argument values.
+/// Builds a lock key from template text and argument values: what `#[distributed_lock]`'s
+/// generated code renders its `key` with (hidden: macro support, not an API).
 ///
 /// Template text is copied verbatim; values are escaped so that they cannot change the key's
 /// structure: every character except ASCII letters and digits, `_`, `.`, `-`, `@` and printable
@@ -13,7 +14,7 @@ use std::fmt::{self, Write as _};
 /// character.
 ///
 /// ```
-/// use distlock::KeyBuilder;
+/// use distlock::__private::KeyBuilder;
 ///
 /// let a = KeyBuilder::new().literal("pair:").value(&"a:b").literal(":").value(&"c").finish();
 /// let b = KeyBuilder::new().literal("pair:").value(&"a").literal(":").value(&"b:c").finish();
@@ -99,7 +100,8 @@ pub(crate) fn validate(key: &str, max_len: usize) -> Result<(), LockError> {
     {
         return invalid(format!(
             "the key `{}` contains {c:?}, which would change its hash slot or break log lines; \
-             render values with distlock::KeyBuilder, which escapes them",
+             leave such values out of the key, or take them through an attribute \
+             placeholder, which escapes them",
             key.escape_debug()
         ));
     }

@@ -41,13 +41,15 @@ impl LockKind {
     pub(crate) fn is_shared(self) -> bool {
         !matches!(self, LockKind::Exclusive)
     }
+}
 
-    /// The word users write for it, for messages.
-    pub(crate) fn describe(self) -> String {
+/// The words users write for it: `write (exclusive)`, `read`, `semaphore of N permits`.
+impl std::fmt::Display for LockKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LockKind::Exclusive => "write (exclusive)".into(),
-            LockKind::Read => "read".into(),
-            LockKind::Permits(n) => format!("semaphore of {n} permits"),
+            LockKind::Exclusive => f.write_str("write (exclusive)"),
+            LockKind::Read => f.write_str("read"),
+            LockKind::Permits(n) => write!(f, "semaphore of {n} permits"),
         }
     }
 }

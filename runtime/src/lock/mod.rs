@@ -466,8 +466,8 @@ fn covers(key: &str, held: LockKind, wanted: LockKind) -> Result<(), LockError> 
     };
     Err(LockError::NestedKind {
         key: key.to_owned(),
-        held: held.describe(),
-        wanted: wanted.describe(),
+        held,
+        wanted,
         advice,
     })
 }

@@ -19,6 +19,7 @@
 
 use crate::backend::Backend;
 use crate::engines::engine::{EngineResult, GrantedAs, Ownership, Transfer};
+use crate::error::Operation;
 use crate::error::{LockError, LostReason};
 use crate::lock::kind::LockKind;
 use crate::lock::lease::HeldLease;
@@ -233,7 +234,7 @@ async fn transfer_one(
                     reply_lost |= failure.ambiguous;
                     None
                 }
-                Err(failure) => return Err(backend.backend_error("release", failure)),
+                Err(failure) => return Err(backend.backend_error(Operation::Release, failure)),
             };
             if let Some((fence, place)) = handed {
                 let mut pending = transfer.take().expect("taken only on return");
@@ -573,7 +574,7 @@ async fn release_one(
                 }
                 Ok(found) => return Ok(settled(backend, lease, found, reply_lost)),
                 Err(failure) if attempt < MAX_FAILED_ATTEMPTS => reply_lost |= failure.ambiguous,
-                Err(failure) => return Err(backend.backend_error("release", failure)),
+                Err(failure) => return Err(backend.backend_error(Operation::Release, failure)),
             }
         }
     }

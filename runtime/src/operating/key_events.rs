@@ -3,6 +3,17 @@
 
 use tokio::sync::mpsc;
 
+/// Whether [`Backend::events`](crate::Backend::events) may turn on the server's keyspace
+/// notifications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notifications {
+    /// Fail, naming the setting, when a server does not send them (the default choice: an
+    /// application should not change server settings behind its operators' backs).
+    Require,
+    /// Add the flags that are missing to `notify-keyspace-events` (needs `CONFIG SET`).
+    Enable,
+}
+
 /// One thing that happened to a lock key on one server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum KeyEvent {

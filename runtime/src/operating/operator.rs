@@ -5,7 +5,8 @@
 use crate::backend::Backend;
 use crate::engines::engine::Holder;
 use crate::error::LockError;
-use crate::operating::key_events::{KeyEvent, KeyEvents};
+use crate::error::Operation;
+use crate::operating::key_events::{KeyEvent, KeyEvents, Notifications};
 use futures_util::stream::{self, StreamExt};
 use std::collections::HashSet;
 
@@ -20,16 +21,6 @@ pub struct HeldLock {
     pub key: String,
     /// Who holds it.
     pub holder: Holder,
-}
-
-/// Whether [`Backend::events`] may turn on the server's keyspace notifications.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Notifications {
-    /// Fail, naming the setting, when a server does not send them (the default choice: an
-    /// application should not change server settings behind its operators' backs).
-    Require,
-    /// Add the flags that are missing to `notify-keyspace-events` (needs `CONFIG SET`).
-    Enable,
 }
 
 /// What happened to a lock, as [`LockEvents`] reports it.
@@ -193,7 +184,7 @@ impl Backend {
             .engine
             .list(pattern)
             .await
-            .map_err(|failure| self.backend_error("list", failure))?;
+            .map_err(|failure| self.backend_error(Operation::List, failure))?;
         let inspected: Vec<Result<Option<HeldLock>, LockError>> = stream::iter(keys)
             .map(|key| async move {
                 let holder = self
@@ -201,7 +192,7 @@ impl Backend {
                     .engine
                     .inspect(&key)
                     .await
-                    .map_err(|failure| self.backend_error("list", failure))?;
+                    .map_err(|failure| self.backend_error(Operation::List, failure))?;
                 Ok(holder.map(|holder| HeldLock { key, holder }))
             })
             .buffer_unordered(LIST_CONCURRENCY)
@@ -240,7 +231,7 @@ impl Backend {
             .engine
             .force_unlock(key)
             .await
-            .map_err(|failure| self.backend_error("unlock", failure))
+            .map_err(|failure| self.backend_error(Operation::Unlock, failure))
     }
 
     /// Follows `key` live: every acquire, renewal, release, expiry and eviction, from the
@@ -274,9 +265,9 @@ impl Backend {
         let (sender, raw) = KeyEvents::channel();
         self.inner
             .engine
-            .follow(key, notifications == Notifications::Enable, sender)
+            .follow(key, notifications, sender)
             .await
-            .map_err(|failure| self.backend_error("events", failure))?;
+            .map_err(|failure| self.backend_error(Operation::Events, failure))?;
         let last_owner = self.inspect(key).await?.map(|holder| holder.owner);
         Ok(LockEvents {
             backend: self.clone(),

@@ -49,7 +49,6 @@ impl Stats {
         crate::hooks::local_changed();
     }
 
-    #[allow(deprecated)] // fills the deprecated alias field too
     pub(crate) fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             acquired: self.acquired.load(Relaxed),
@@ -63,7 +62,6 @@ impl Stats {
             released: self.released.load(Relaxed),
             release_found_expired: self.release_found_expired.load(Relaxed),
             release_taken_over: self.release_taken_over.load(Relaxed),
-            release_found_foreign: self.release_taken_over.load(Relaxed),
             lost_ignored: self.lost_ignored.load(Relaxed),
             background_releases: self.background_releases.load(Relaxed),
             left_to_expire: self.left_to_expire.load(Relaxed),
@@ -103,9 +101,6 @@ pub struct StatsSnapshot {
     pub release_found_expired: u64,
     /// Releases that found the key taken over: another owner holds it (left untouched).
     pub release_taken_over: u64,
-    /// The old name of [`release_taken_over`](Self::release_taken_over) (the same count).
-    #[deprecated(since = "0.1.0", note = "renamed to `release_taken_over`")]
-    pub release_found_foreign: u64,
     /// Losses that an `on_lost = "ignore"` call ran through.
     pub lost_ignored: u64,
     /// Releases the call could not run itself because it was dropped (cancelled, panicked)

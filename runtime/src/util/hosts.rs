@@ -2,6 +2,7 @@
 //! optional credentials, then a comma-separated list of `host[:port]`.
 
 use crate::error::LockError;
+use crate::util::redact::redact_url;
 
 /// Credentials and hosts, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +107,44 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
+}
+
+/// `host[:port]` items of a typed constructor (`Backend::sentinel`, …), parsed: `setting` names
+/// the argument in errors (credentials belong in the URL form).
+pub(crate) fn host_list(
+    setting: &str,
+    items: &[String],
+    port: u16,
+) -> Result<Vec<(String, u16)>, LockError> {
+    let problem = |what: String| LockError::invalid_config(setting, what);
+    if items.is_empty() {
+        return Err(problem("is empty; give at least one host:port".into()));
+    }
+    let mut hosts = Vec::with_capacity(items.len());
+    for item in items {
+        let parsed = Authority::parse(item, port, "host", &problem)?;
+        if parsed.username.is_some() || parsed.password.is_some() || parsed.hosts.len() != 1 {
+            return Err(problem(format!(
+                "holds `{}`, which is not one host[:port]; credentials go in the URL form \
+                 (Backend::builder)",
+                redact_url(&format!("x://{item}")).trim_start_matches("x://")
+            )));
+        }
+        hosts.extend(parsed.hosts);
+    }
+    Ok(hosts)
+}
+
+/// The items of a typed constructor's list, as strings.
+pub(crate) fn strings<I, S>(items: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    items
+        .into_iter()
+        .map(|item| item.as_ref().to_owned())
+        .collect()
 }
 
 #[cfg(test)]

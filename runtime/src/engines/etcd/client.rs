@@ -1,9 +1,9 @@
 //! The connection to an etcd cluster: opened on first use (inside the runtime that uses the
 //! backend), balanced over the members, each request bounded by the response timeout.
 
-use super::spec::EtcdSpec;
+use super::url::EtcdSpec;
 use crate::engines::engine::{EngineFailure, EngineResult};
-use crate::engines::timeouts::Timeouts;
+use crate::engines::settings::Timeouts;
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
 use tonic::Code;

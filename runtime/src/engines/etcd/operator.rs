@@ -1,103 +1,13 @@
-//! What operators ask an etcd backend: who holds a lock, which locks are held, breaking one,
-//! following one's events, and whether the cluster is fit for locks.
+//! What operators ask of etcd alone: following a lock's events, and whether the cluster is fit
+//! for locks (the queue engine answers who holds what).
 
-use super::queue::{holds, key_of, Entry};
-use super::EtcdEngine;
-use crate::engines::engine::{EngineResult, Holder};
-use crate::lock::kind::LockKind;
-use crate::operating::doctor::Finding;
+use super::store::EtcdStore;
+use crate::engines::engine::EngineResult;
+use crate::operating::doctor::{Check, Finding};
 use crate::operating::key_events::{KeyEvent, KeyEventSender};
-use crate::util::glob::glob_match;
-use etcd_client::{EventType, GetOptions, WatchOptions};
-use std::collections::BTreeSet;
-use std::time::Duration;
+use etcd_client::{EventType, WatchOptions};
 
-impl EtcdEngine {
-    /// The queue of `key`, oldest entry first.
-    async fn entries(&self, key: &str) -> EngineResult<Vec<Entry>> {
-        let queue = self.queue(key);
-        let read = self
-            .txn(etcd_client::Txn::new().and_then([queue.read()]))
-            .await?;
-        Ok(queue.last_read(&read))
-    }
-
-    /// Who holds a lock whose queue is `entries`: its writer, or its readers or permits
-    /// together (the longest-living one's time left, the newest one's token).
-    async fn holder(&self, entries: &[Entry]) -> Option<Holder> {
-        let holding: Vec<&Entry> = (0..entries.len())
-            .filter(|&place| holds(entries, place))
-            .map(|place| &entries[place])
-            .collect();
-        let newest = holding.last()?;
-        let mut ttl = Duration::ZERO;
-        for entry in &holding {
-            ttl = ttl.max(self.time_left(entry.lease).await.unwrap_or(Duration::ZERO));
-        }
-        let shared = entries[0].kind.is_some_and(LockKind::is_shared);
-        let waiting = (entries.len() - holding.len()) as u64;
-        Some(Holder {
-            owner: match shared {
-                true => String::new(),
-                false => newest.owner.clone(),
-            },
-            fencing_token: newest.revision as u64,
-            ttl,
-            label: Some(newest.label.clone()).filter(|label| !label.is_empty()),
-            waited_on: waiting > 0,
-            waiting: Some(waiting),
-            shared: shared.then_some(holding.len() as u64),
-        })
-    }
-
-    pub(super) async fn inspect_key(&self, key: &str) -> EngineResult<Option<Holder>> {
-        let entries = self.entries(key).await?;
-        Ok(self.holder(&entries).await)
-    }
-
-    /// Keys under the prefix matching `pattern` that have a queue.
-    pub(super) async fn list_keys(&self, pattern: &str) -> EngineResult<Vec<String>> {
-        let start = format!("{}:{{", self.prefix);
-        let read = self
-            .connection
-            .call(|mut client| {
-                let start = start.clone();
-                async move {
-                    let options = GetOptions::new().with_prefix().with_keys_only();
-                    client.get(start, Some(options)).await
-                }
-            })
-            .await?;
-        let keys: BTreeSet<String> = read
-            .kvs()
-            .iter()
-            .filter_map(|kv| key_of(&self.prefix, std::str::from_utf8(kv.key()).ok()?))
-            .filter(|key| glob_match(pattern, key))
-            .map(str::to_owned)
-            .collect();
-        Ok(keys.into_iter().collect())
-    }
-
-    /// Removes `key`'s holders (their entries, if they are still the ones read); the next in
-    /// the queue hold the lock from then on, with larger tokens.
-    ///
-    /// # Cancel safety
-    /// Not cancel safe.
-    /// Like a lost reply: some holders may have been removed, each removal whole.
-    pub(super) async fn unlock(&self, key: &str) -> EngineResult<Option<Holder>> {
-        let entries = self.entries(key).await?;
-        let Some(holder) = self.holder(&entries).await else {
-            return Ok(None);
-        };
-        let queue = self.queue(key);
-        let mut removed = false;
-        for place in (0..entries.len()).filter(|&place| holds(&entries, place)) {
-            removed |= self.txn(queue.remove(&entries[place])).await?.succeeded();
-        }
-        // Released meanwhile: nobody was removed by this call.
-        Ok(removed.then_some(holder))
-    }
-
+impl EtcdStore {
     /// Follows `key`'s queue: every write (a grant, a renewal, a waiter joining) and every
     /// deletion (a release, a lapsed lease, a waiter leaving), as `put` and `delete`.
     ///
@@ -150,7 +60,7 @@ impl EtcdEngine {
         let mut findings = Vec::new();
         if status.leader() == 0 {
             findings.push(Finding {
-                check: "leader",
+                check: Check::Leader,
                 advice: "the etcd member answering has no leader: no lock can be taken or \
                          released until a majority of members can elect one"
                     .into(),

@@ -1,119 +1,50 @@
-//! An `etcd://` URL, parsed: the cluster's endpoints and the user's credentials.
+//! The etcd deployment as a builder holds it: the settings it refuses, and its engine — the
+//! queue engine on an [`EtcdStore`].
 
+use super::store::EtcdStore;
+use super::url::EtcdSpec;
+use crate::engines::engine::{Deployment, Engine};
+use crate::engines::queue::QueueEngine;
+use crate::engines::settings::EngineSettings;
+use crate::engines::spec::{only_redlock, EngineSpec, Optional};
 use crate::error::LockError;
-use crate::util::hosts::Authority;
-use crate::util::redact::redact_url;
+use std::sync::Arc;
 
-/// The client port of an etcd member when a URL names none.
-pub(crate) const ETCD_PORT: u16 = 2379;
+impl EngineSpec for EtcdSpec {
+    fn deployment(&self) -> Deployment {
+        Deployment::Etcd
+    }
 
-/// The members to connect to (the client balances over them and moves on when one fails) and
-/// the user's credentials, when the cluster has authentication on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EtcdSpec {
-    pub(crate) endpoints: Vec<(String, u16)>,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-}
+    fn describe(&self) -> String {
+        EtcdSpec::describe(self)
+    }
 
-impl EtcdSpec {
-    /// Parses `etcd://[user:password@]host[:port][,host[:port]…]` (no path, no query).
-    pub(crate) fn parse(url: &str) -> Result<EtcdSpec, LockError> {
-        let problem = |what: String| {
-            LockError::invalid_config(
-                "url",
-                format!(
-                    "`{}` {what}; expected etcd://[user:password@]host:2379[,host:2379…]",
-                    redact_url(url)
-                ),
-            )
-        };
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| problem("is not an etcd:// URL".into()))?;
-        let authority = rest.trim_end_matches('/');
-        if let Some(extra) = authority.find(['/', '?']) {
-            return Err(problem(format!(
-                "has `{}` after the members; an etcd URL names members only (give the \
-                 namespace with `prefix`)",
-                &authority[extra..]
-            )));
-        }
-        let Authority {
-            username,
-            password,
-            hosts,
-        } = Authority::parse(authority, ETCD_PORT, "member", &problem)?;
-        if username.is_some() != password.is_some() {
-            return Err(problem(
-                "gives a user without a password (or the reverse); etcd authenticates with both"
-                    .into(),
-            ));
-        }
-        Ok(EtcdSpec {
-            endpoints: hosts,
-            username,
-            password,
+    fn refuses(&self, setting: Optional) -> Option<String> {
+        Some(match setting {
+            Optional::Tls => "an etcd:// URL; TLS to etcd is not supported yet. Drop the TLS \
+                              settings"
+                .into(),
+            Optional::MinReplicas => "an etcd cluster, whose writes are committed by a majority \
+                                      of its members before they are answered; set it to 0"
+                .into(),
+            Optional::MasterTimeout => only_redlock(self),
         })
     }
 
-    /// `host:port` of each member, as the client dials them.
-    pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.endpoints
-            .iter()
-            .map(|(host, port)| match host.contains(':') {
-                true => format!("http://[{host}]:{port}"),
-                false => format!("http://{host}:{port}"),
-            })
-            .collect()
-    }
-
-    /// `the etcd cluster of members host:port,…`, for messages.
-    pub(crate) fn describe(&self) -> String {
-        let members: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(|(host, port)| format!("{host}:{port}"))
-            .collect();
-        format!("the etcd cluster of members {}", members.join(","))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_etcd_url_names_members_and_credentials() {
-        let spec = EtcdSpec::parse("etcd://root:s%40cret@10.0.0.1,10.0.0.2:2479/").unwrap();
-        assert_eq!(
-            spec.endpoints,
-            [("10.0.0.1".to_owned(), 2379), ("10.0.0.2".to_owned(), 2479)]
+    fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
+        let store = EtcdStore::new(
+            self,
+            settings.prefix,
+            settings.timeouts,
+            settings.holder_label,
         );
-        assert_eq!(spec.username.as_deref(), Some("root"));
-        assert_eq!(spec.password.as_deref(), Some("s@cret"));
-        assert_eq!(
-            spec.endpoints(),
-            ["http://10.0.0.1:2379", "http://10.0.0.2:2479"]
-        );
-    }
-
-    #[test]
-    fn a_bad_etcd_url_is_named() {
-        let err = |url: &str| EtcdSpec::parse(url).unwrap_err().to_string();
-        assert!(
-            err("etcd://h:1/ns").contains("after the members"),
-            "{}",
-            err("etcd://h:1/ns")
-        );
-        let lone = err("etcd://root@h");
-        assert!(lone.contains("without a password"), "{lone}");
-        assert!(
-            err("etcd://h:port").contains("as a port"),
-            "{}",
-            err("etcd://h:port")
-        );
-        let secret = err("etcd://root:hunter2@h/x");
-        assert!(!secret.contains("hunter2"), "{secret}");
+        let engine = Arc::new(QueueEngine::new(store, settings.timeouts.response));
+        #[cfg(distlock_test_hooks)]
+        settings
+            .hooks
+            .show(crate::hooks::Probe::WatchedChannels, &engine, |engine| {
+                engine.watched_channels() as u64
+            });
+        Ok(engine)
     }
 }

@@ -11,21 +11,24 @@
 //!
 //! [`Backend::in_process`]: crate::Backend::in_process
 
+mod constructors;
 mod keyspace;
 pub(crate) mod scripts;
+mod spec;
 #[cfg(distlock_test_hooks)]
 pub(crate) mod twin;
 
 pub(crate) use keyspace::Keyspace;
+pub(crate) use spec::REGISTRATION;
 
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
-use crate::engines::redis::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+use crate::engines::redis::protocol::{millis, Acquire, Release, SharedRelease};
 use crate::lock::key::{channel_of, lock_name};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use crate::util::glob::glob_match;
 use crate::wait::{Channels, ReleaseWatch};
 use futures_util::future::{self, BoxFuture};
@@ -48,7 +51,7 @@ impl InProcessEngine {
             settings: Settings {
                 label: label.to_owned(),
                 grant_ms: 0,
-                marker_ttl_ms: (marker_ttl.as_millis() as u64).max(1),
+                marker_ttl_ms: millis::arg(marker_ttl),
                 window_ms: 0,
                 hands_over: true,
             },
@@ -89,8 +92,7 @@ impl InProcessEngine {
         kind: LockKind,
     ) -> EngineResult<Acquired> {
         let lock = self.lock(key);
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        let code = asker_code(asker);
+        let ttl_ms = millis::arg(ttl);
         if kind.is_shared() {
             let sharing = match kind {
                 LockKind::Permits(n) => Sharing::Permit(n),
@@ -98,30 +100,25 @@ impl InProcessEngine {
             };
             let member = self.member(owner);
             let answer = self.run(|keys, _, _| {
-                scripts::shared_acquire(keys, &lock, sharing, &member, ttl_ms, code)
+                scripts::shared_acquire(keys, &lock, sharing, &member, ttl_ms, asker)
             });
-            return match answer {
-                SharedAcquire::Granted { token } => Ok(Acquired::Yes { fence: token }),
-                SharedAcquire::Busy { ms } => Ok(busy(ms, false)),
-                SharedAcquire::Reserved { ms } => Ok(busy(ms, true)),
-                SharedAcquire::ForeignValue => Err(foreign(key)),
-                SharedAcquire::OtherKind => Err(EngineFailure::kind_mismatch(key, kind)),
-            };
+            return Acquire::from(answer).acquired(None, key, kind, || foreign(key));
         }
         let call = AcquireCall {
             lock,
             owner: owner.as_str().to_owned(),
             ttl_ms,
-            asking: Asking { code, ticket: None },
+            asking: Asking {
+                asker,
+                ticket: None,
+            },
         };
         let answer = self
             .run(|keys, settings, _| scripts::acquire(keys, settings, std::slice::from_ref(&call)));
+        // Nobody queues here (grant time 0): a queued answer cannot come, and would read busy.
         match answer.first().copied() {
-            Some(Acquire::Granted { token }) => Ok(Acquired::Yes { fence: token }),
-            Some(Acquire::Busy { pttl } | Acquire::Queued { pttl, .. }) => Ok(busy(pttl, false)),
-            Some(Acquire::Reserved { left }) => Ok(busy(left, true)),
-            Some(Acquire::OtherKind) => Err(EngineFailure::kind_mismatch(key, kind)),
-            Some(Acquire::ForeignValue) | None => Err(foreign(key)),
+            Some(answer) => answer.acquired(None, key, kind, || foreign(key)),
+            None => Err(foreign(key)),
         }
     }
 
@@ -164,24 +161,6 @@ impl InProcessEngine {
             waiting: Some(u64::from(watched)),
             shared: holding.shared,
         }
-    }
-}
-
-/// `acquire.lua`'s code for who asks.
-fn asker_code(asker: Asker) -> u8 {
-    match asker {
-        Asker::Once => b'0',
-        Asker::WillWait => b'1',
-        Asker::Waiting => b'2',
-    }
-}
-
-fn busy(ttl: Option<Duration>, reserved: bool) -> Acquired {
-    Acquired::Busy {
-        ttl,
-        reserved,
-        next: None,
-        anew: false,
     }
 }
 
@@ -230,19 +209,13 @@ impl Engine for InProcessEngine {
                     false => item.owner.as_str().to_owned(),
                 },
                 shared: item.kind.is_shared(),
-                ttl_ms: (item.ttl.as_millis() as u64).max(1),
+                ttl_ms: millis::arg(item.ttl),
             })
             .collect();
         let answers = self.run(|keys, _, _| scripts::renew(keys, &calls));
         let found = answers
             .into_iter()
-            .map(|answer| {
-                Some(match answer {
-                    Renew::Renewed => Ownership::Ours,
-                    Renew::Gone => Ownership::Gone,
-                    Renew::TakenOver => Ownership::TakenOver,
-                })
-            })
+            .map(|answer| Some(answer.into()))
             .collect();
         Box::pin(future::ready(Ok(found)))
     }
@@ -265,12 +238,12 @@ impl Engine for InProcessEngine {
         Box::pin(future::ready(Ok(watch)))
     }
 
-    #[cfg(distlock_test_hooks)]
-    fn watched_channels(&self) -> usize {
-        self.channels.watched()
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
-    fn answers_at_once(&self) -> bool {
+    /// The scripts' writer intent lapses unless the waiting writer asks again.
+    fn writer_intent_lapses(&self) -> bool {
         true
     }
 
@@ -309,7 +282,7 @@ impl Engine for InProcessEngine {
     fn follow<'a>(
         &'a self,
         _key: &'a str,
-        _enable: bool,
+        _notifications: Notifications,
         _events: KeyEventSender,
     ) -> BoxFuture<'a, EngineResult<()>> {
         Box::pin(future::ready(Err(EngineFailure {
@@ -318,6 +291,14 @@ impl Engine for InProcessEngine {
                      lock on a Redis backend"
                 .into(),
         })))
+    }
+}
+
+/// What this engine shows the test suite (`SharedHooks::show`).
+#[cfg(distlock_test_hooks)]
+impl InProcessEngine {
+    pub(crate) fn watched_channels(&self) -> usize {
+        self.channels.watched()
     }
 }
 

@@ -4,8 +4,9 @@
 //! same random operations and compares them after every step.
 
 use super::keyspace::{Keyspace, Ttl};
+use crate::engines::engine::Asker;
 use crate::engines::redis::protocol::{
-    Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State,
+    millis, Acquire, LockValue, Release, Renew, SharedAcquire, SharedRelease, State,
 };
 use crate::lock::key::{channel_of, holders_of};
 use crate::lock::kind::WRITER_INTENT;
@@ -32,11 +33,12 @@ pub(crate) struct Settings {
 /// The messages a script published, in order: (channel, message).
 pub(crate) type Published = Vec<(String, String)>;
 
-/// Who asks for a lock (`acquire.lua`'s per-key `ARGV[3i+3]`): `b'0'` once, `b'1'` a first try
-/// of a caller that waits, `b'2'` a waiter; with the waiter's ticket, if it brings one.
+/// Who asks for a lock (`acquire.lua`'s per-key `ARGV[3i+3]`, whose `'0'`, `'1'` and `'2'` are
+/// [`Asker::Once`], [`Asker::WillWait`] and [`Asker::Waiting`]), with the waiter's ticket, if it
+/// brings one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Asking {
-    pub(crate) code: u8,
+    pub(crate) asker: Asker,
     pub(crate) ticket: Option<u64>,
 }
 
@@ -251,12 +253,12 @@ fn read_held(
     let now_ms = (keys.time_us() / 1000) as i64;
     keys.zremrange_upto(&holders, now_ms);
     if keys.zcard(&holders) > 0 {
-        if call.asking.code != b'0' {
+        if call.asking.asker != Asker::Once {
             let intent = keys.time_us() + WRITER_INTENT.as_micros() as u64;
             keys.set(lock, format!("S{last} {intent}"), Ttl::Keep);
         }
         return ControlFlow::Break(Acquire::Busy {
-            pttl: millis(keys.pttl(lock)),
+            pttl: millis::decode(keys.pttl(lock)),
         });
     }
     keys.del(&holders);
@@ -273,20 +275,22 @@ fn reserved(
     parsed: &LockValue<'_>,
 ) -> ControlFlow<Acquire, State> {
     let left = ms_left(parsed.until_us.unwrap_or(0), keys.time_us());
-    let asker = call.asking.code;
+    let asker = call.asking.asker;
     if left <= 0 {
         return ControlFlow::Continue(State::Held);
     }
-    if asker == b'2' {
+    if asker == Asker::Waiting {
         return ControlFlow::Continue(match parsed.state {
             State::Reserved => State::Held,
             _ => State::HeldWaitedOn,
         });
     }
-    if parsed.state == State::Reserved && asker == b'1' {
+    if parsed.state == State::Reserved && asker == Asker::WillWait {
         keys.set_first(&call.lock, State::ReservedTurnedAway.letter());
     }
-    ControlFlow::Break(Acquire::Reserved { left: millis(left) })
+    ControlFlow::Break(Acquire::Reserved {
+        left: millis::decode(left),
+    })
 }
 
 /// Held: ours (an idempotent retry), or busy — queued, or marked as waited on.
@@ -296,15 +300,15 @@ fn held(
     call: &AcquireCall,
     parsed: &LockValue<'_>,
 ) -> Acquire {
-    let (lock, asker) = (&call.lock, call.asking.code);
+    let (lock, asker) = (&call.lock, call.asking.asker);
     if parsed.owner == Some(call.owner.as_str()) {
         keys.pexpire(lock, call.ttl_ms);
         return Acquire::Granted {
             token: parsed.token,
         };
     }
-    let pttl = millis(keys.pttl(lock));
-    let queued = match settings.grant_ms > 0 && asker != b'0' {
+    let pttl = millis::decode(keys.pttl(lock));
+    let queued = match settings.grant_ms > 0 && asker != Asker::Once {
         true => queue_up(keys, settings, call),
         false => None,
     };
@@ -314,7 +318,7 @@ fn held(
         }
         return Acquire::Queued { pttl, anew: !kept };
     }
-    if parsed.state != State::HeldWaitedOn && asker != b'0' {
+    if parsed.state != State::HeldWaitedOn && asker != Asker::Once {
         keys.set_first(lock, State::HeldWaitedOn.letter());
     }
     Acquire::Busy { pttl }
@@ -339,8 +343,8 @@ fn behind_the_queue(
             ControlFlow::Continue(held_as)
         }
         Some((head, _)) => {
-            let pttl = millis(keys.pttl(&entry_of(lock, &head)));
-            let queued = match call.asking.code != b'0' {
+            let pttl = millis::decode(keys.pttl(&entry_of(lock, &head)));
+            let queued = match call.asking.asker != Asker::Once {
                 true => queue_up(keys, settings, call),
                 false => None,
             };
@@ -366,11 +370,6 @@ fn queue_up(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> Opt
         grant_ms,
         call.asking.ticket,
     )
-}
-
-/// A time the scripts answer in ms (a negative `PTTL`: none).
-fn millis(ms: i64) -> Option<std::time::Duration> {
-    u64::try_from(ms).ok().map(std::time::Duration::from_millis)
 }
 
 // --- release.lua ---
@@ -584,7 +583,7 @@ pub(crate) fn shared_acquire(
     sharing: Sharing,
     member: &str,
     ttl_ms: u64,
-    asker: u8,
+    asker: Asker,
 ) -> SharedAcquire {
     let value = keys.get(lock);
     let parsed = match value.as_deref() {
@@ -645,7 +644,7 @@ struct SharedAsk<'a> {
     lock: &'a str,
     holders: String,
     sharing: Sharing,
-    asker: u8,
+    asker: Asker,
     now_us: u64,
     state: Option<State>,
     until_us: Option<u64>,
@@ -683,11 +682,11 @@ fn shared_refused(keys: &mut Keyspace, ask: &SharedAsk<'_>) -> Option<SharedAcqu
         if ask.permit() {
             return Some(SharedAcquire::OtherKind);
         }
-        if state != Some(State::HeldWaitedOn) && asker != b'0' {
+        if state != Some(State::HeldWaitedOn) && asker != Asker::Once {
             keys.set_first(lock, State::HeldWaitedOn.letter());
         }
         return Some(SharedAcquire::Busy {
-            ms: millis(keys.pttl(lock)),
+            ms: millis::decode(keys.pttl(lock)),
         });
     }
     if (ask.reading() && ask.permit()) || (ask.counting() && !ask.permit()) {
@@ -701,11 +700,14 @@ fn shared_refused(keys: &mut Keyspace, ask: &SharedAsk<'_>) -> Option<SharedAcqu
         State::Reserved | State::ReservedTurnedAway | State::ReservedForWriter
     );
     let left = ms_left(until, ask.now_us);
-    if free_marker && left > 0 && (asker != b'2' || reserved == State::ReservedForWriter) {
-        if reserved == State::Reserved && asker == b'1' {
+    if free_marker && left > 0 && (asker != Asker::Waiting || reserved == State::ReservedForWriter)
+    {
+        if reserved == State::Reserved && asker == Asker::WillWait {
             keys.set_first(lock, State::ReservedTurnedAway.letter());
         }
-        return Some(SharedAcquire::Reserved { ms: millis(left) });
+        return Some(SharedAcquire::Reserved {
+            ms: millis::decode(left),
+        });
     }
     None
 }
@@ -717,20 +719,20 @@ fn shared_token(keys: &mut Keyspace, ask: &SharedAsk<'_>) -> Result<u64, SharedA
         let until = ask.until_us.unwrap_or(0);
         if until > now_us {
             return Err(SharedAcquire::Busy {
-                ms: millis(ms_left(until, now_us)),
+                ms: millis::decode(ms_left(until, now_us)),
             });
         }
     }
     match ask.sharing {
         Sharing::Permit(permits) => {
             if ask.shared() && keys.zcard(&ask.holders) >= permits as usize {
-                if ask.state == Some(State::Permits) && ask.asker != b'0' {
+                if ask.state == Some(State::Permits) && ask.asker != Asker::Once {
                     keys.set_first(ask.lock, State::PermitsRefused.letter());
                 }
                 let now_ms = (now_us / 1000) as i64;
                 let first = keys.zfirst(&ask.holders).map_or(0, |(_, score)| score);
                 return Err(SharedAcquire::Busy {
-                    ms: millis((first - now_ms).max(1)),
+                    ms: millis::decode((first - now_ms).max(1)),
                 });
             }
             Ok((ask.last + 1).max(now_us))

@@ -7,7 +7,8 @@ use super::keyspace::{Keyspace, Ttl};
 use super::scripts::{
     self, AcquireCall, Asking, Holding, Published, ReleaseCall, RenewCall, Settings, Sharing,
 };
-use crate::engines::redis::protocol::{Acquire, Release, Renew, SharedAcquire, SharedRelease};
+use crate::engines::engine::Asker;
+use crate::engines::redis::protocol::{self, Acquire};
 
 /// The Lua sources, by script name (`acquire`, `release`, `renew`, `shared_acquire`,
 /// `shared_release`, `inspect`, `unlock`), as the server runs them.
@@ -67,18 +68,11 @@ impl Twin {
             owner: owner.to_owned(),
             ttl_ms,
             asking: Asking {
-                code: asker,
+                asker: asker_of(asker),
                 ticket,
             },
         };
-        match scripts::acquire(&mut self.keys, &self.settings, &[call])[0] {
-            Acquire::Granted { token } => [1, token as i64],
-            Acquire::Busy { pttl } => [0, millis(pttl)],
-            Acquire::Queued { pttl, anew } => [if anew { 7 } else { 4 }, millis(pttl)],
-            Acquire::Reserved { left } => [3, millis(left)],
-            Acquire::ForeignValue => [-2, 0],
-            Acquire::OtherKind => [-3, 0],
-        }
+        scripts::acquire(&mut self.keys, &self.settings, &[call])[0].encode()
     }
 
     /// `release.lua` for one key: its answer (a pair only for a transfer: `[5, token]`).
@@ -96,17 +90,7 @@ impl Twin {
                 .map(|(token, ttl, grant, ahead)| (token.to_owned(), ttl, grant, ahead)),
             keeps_place,
         };
-        let answer =
-            scripts::release(&mut self.keys, &self.settings, &[call], &mut self.published)[0];
-        match answer {
-            Release::Released => vec![1],
-            Release::ReleasedUnannounced => vec![2],
-            Release::HandedOver => vec![3],
-            Release::HandedOverSuccessorQueued => vec![6],
-            Release::Expired => vec![0],
-            Release::TakenOver => vec![-1],
-            Release::Transferred { token } => vec![5, token as i64],
-        }
+        scripts::release(&mut self.keys, &self.settings, &[call], &mut self.published)[0].encode()
     }
 
     /// `renew.lua` for one lease (`shared`: `owner` is the holder's member).
@@ -117,11 +101,7 @@ impl Twin {
             shared,
             ttl_ms,
         };
-        match scripts::renew(&mut self.keys, &[call])[0] {
-            Renew::Renewed => 1,
-            Renew::Gone => 0,
-            Renew::TakenOver => -1,
-        }
+        scripts::renew(&mut self.keys, &[call])[0].encode()
     }
 
     /// `shared_acquire.lua`: `permits` 0 for a reader.
@@ -137,13 +117,15 @@ impl Twin {
             0 => Sharing::Reader,
             n => Sharing::Permit(n),
         };
-        match scripts::shared_acquire(&mut self.keys, lock, sharing, member, ttl_ms, asker) {
-            SharedAcquire::Granted { token } => [1, token as i64],
-            SharedAcquire::Busy { ms } => [0, millis(ms)],
-            SharedAcquire::Reserved { ms } => [3, millis(ms)],
-            SharedAcquire::ForeignValue => [-2, 0],
-            SharedAcquire::OtherKind => [-3, 0],
-        }
+        let answer = scripts::shared_acquire(
+            &mut self.keys,
+            lock,
+            sharing,
+            member,
+            ttl_ms,
+            asker_of(asker),
+        );
+        Acquire::from(answer).encode()
     }
 
     /// `shared_release.lua`.
@@ -155,11 +137,7 @@ impl Twin {
             member,
             &mut self.published,
         );
-        match answer {
-            SharedRelease::Released => 1,
-            SharedRelease::ReleasedUnannounced => 2,
-            SharedRelease::Expired => 0,
-        }
+        answer.encode()
     }
 
     /// `inspect.lua`: the holder, `None` when free; `Err` for a value distlock did not write.
@@ -199,8 +177,9 @@ impl Twin {
     }
 }
 
-fn millis(ms: Option<std::time::Duration>) -> i64 {
-    ms.map_or(-1, |ms| ms.as_millis() as i64)
+/// Who asks, from the argument the scripts take (`0`, `1` or `2`).
+fn asker_of(arg: u8) -> Asker {
+    protocol::asker_of(arg).expect("acquire.lua takes 0, 1 or 2 for who asks")
 }
 
 fn reply(holding: Holding) -> HolderReply {

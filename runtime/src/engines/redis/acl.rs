@@ -10,24 +10,24 @@
 /// reported unknown).
 ///
 /// ```
-/// let rules = distlock::redis_acl_rules("billing");
+/// let rules = distlock::redis::acl_rules("billing");
 /// assert!(rules.starts_with("resetkeys ~billing:* resetchannels &billing:*"));
 /// // ACL SETUSER locker on >secret <rules>
 /// ```
-pub fn redis_acl_rules(prefix: &str) -> String {
+pub fn acl_rules(prefix: &str) -> String {
     format!("{} {}", common_rules(prefix), "+publish +pubsub|numsub")
 }
 
-/// [`redis_acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
+/// [`acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
 /// `SSUBSCRIBE`, `SUNSUBSCRIBE`) instead of the classic commands, and what the cluster client
 /// needs to follow the cluster (`CLUSTER SLOTS`, `ASKING` for a slot being migrated). Set the
 /// user on every node.
 ///
 /// ```
-/// let rules = distlock::redis_cluster_acl_rules("billing");
+/// let rules = distlock::redis::cluster_acl_rules("billing");
 /// assert!(rules.contains("+spublish +ssubscribe +sunsubscribe"));
 /// ```
-pub fn redis_cluster_acl_rules(prefix: &str) -> String {
+pub fn cluster_acl_rules(prefix: &str) -> String {
     format!(
         "{} +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +cluster|slots +asking",
         common_rules(prefix)

@@ -24,14 +24,14 @@ use super::slot::slot_of;
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
-use crate::engines::timeouts::Timeouts;
+use crate::engines::settings::Timeouts;
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::lock::key::{lock_name, KeyNames};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::{join_all, BoxFuture};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -260,6 +260,12 @@ impl ClusterEngine {
     pub(crate) fn renewal_round_trips(&self) -> u64 {
         self.renewal_round_trips.load(Ordering::Relaxed)
     }
+
+    /// Release-notification channels with a local watcher.
+    #[cfg(distlock_test_hooks)]
+    pub(crate) fn watched_channels(&self) -> usize {
+        self.subscriber.watched()
+    }
 }
 
 /// A `NOSCRIPT` error reply: the node does not have the script (yet).
@@ -461,14 +467,9 @@ impl Engine for ClusterEngine {
         })
     }
 
-    #[cfg(distlock_test_hooks)]
-    fn watched_channels(&self) -> usize {
-        self.subscriber.watched()
-    }
-
-    #[cfg(distlock_test_hooks)]
-    fn renewal_round_trips(&self) -> u64 {
-        ClusterEngine::renewal_round_trips(self)
+    /// The scripts' writer intent lapses unless the waiting writer asks again.
+    fn writer_intent_lapses(&self) -> bool {
+        true
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
@@ -497,10 +498,10 @@ impl Engine for ClusterEngine {
     fn follow<'a>(
         &'a self,
         key: &'a str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> BoxFuture<'a, EngineResult<()>> {
-        Box::pin(self.follow_slot_owner(key, enable, events))
+        Box::pin(self.follow_slot_owner(key, notifications, events))
     }
 }
 

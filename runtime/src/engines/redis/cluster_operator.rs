@@ -8,7 +8,7 @@ use super::scan;
 use super::slot::slot_of;
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::lock::key::lock_name;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use futures_util::future::join_all;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use std::collections::BTreeSet;
@@ -74,7 +74,7 @@ impl ClusterEngine {
     pub(super) async fn follow_slot_owner(
         &self,
         key: &str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> EngineResult<()> {
         let lock = lock_name(&self.prefix, key);
@@ -107,6 +107,6 @@ impl ClusterEngine {
                 spec.node_client(&owner)
             })
         });
-        keyspace::follow(source, lock, enable, self.timeouts, false, events).await
+        keyspace::follow(source, lock, notifications, self.timeouts, false, events).await
     }
 }

@@ -1,6 +1,6 @@
 //! A `redis-cluster://` URL, parsed, and the redis-rs cluster clients it makes.
 
-use crate::engines::timeouts::Timeouts;
+use crate::engines::settings::Timeouts;
 use crate::error::LockError;
 use crate::util::hosts::Authority;
 use crate::util::redact::redact_url;

@@ -66,8 +66,8 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
     if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) {
         return Some(Advice::Other(format!(
             "the Redis user lacks a permission distlock needs; grant it the rules \
-             `distlock::redis_acl_rules(\"{prefix}\")` returns — on a Redis Cluster, \
-             `distlock::redis_cluster_acl_rules(\"{prefix}\")`, on every node — (keys and \
+             `distlock::redis::acl_rules(\"{prefix}\")` returns — on a Redis Cluster, \
+             `distlock::redis::cluster_acl_rules(\"{prefix}\")`, on every node — (keys and \
              release channels under the prefix, the scripts, (S)SUBSCRIBE and (S)PUBLISH)"
         )));
     }
@@ -114,6 +114,15 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
 
 /// What to do about `what` (a key, or "a key under the prefix …") holding a value distlock did
 /// not write: the acquire script's answer for a foreign string, and the advice on WRONGTYPE.
+/// A script found `lock` holding a value distlock did not write: refused, not ambiguous (the
+/// script changed nothing).
+pub(crate) fn foreign_key(lock: &str) -> crate::engines::engine::EngineFailure {
+    crate::engines::engine::EngineFailure {
+        ambiguous: false,
+        source: foreign_value(&format!("the key {lock}")).into(),
+    }
+}
+
 pub(crate) fn foreign_value(what: &str) -> String {
     format!(
         "{what} holds a value distlock did not write (another program uses these names, or a \

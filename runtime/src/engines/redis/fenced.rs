@@ -2,7 +2,8 @@
 
 use crate::engines::redis::node::{Node, Timeouts};
 use crate::engines::redis::scripts::FENCED_SET;
-use crate::engines::redis::tls::TlsFiles;
+use crate::engines::settings::TlsFiles;
+use crate::error::Operation;
 use crate::error::{BackendError, LockError};
 use futures_util::future::BoxFuture;
 
@@ -22,7 +23,7 @@ use futures_util::future::BoxFuture;
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), distlock::LockError> {
-/// use distlock::{FencedStore, FencedWrite};
+/// use distlock::redis::{FencedStore, FencedWrite};
 ///
 /// let ledger = FencedStore::open("redis://127.0.0.1:6379")?;
 /// match ledger.write("ledger:7", 1_733_000_000_000_001, b"balance=10").await? {
@@ -86,7 +87,7 @@ impl FencedStore {
         let reply: Vec<u64> = invoke.await.map_err(|failure| {
             LockError::Backend(BackendError::new(
                 "fenced",
-                "fenced write",
+                Operation::FencedWrite,
                 failure.ambiguous,
                 failure.source,
             ))
@@ -96,7 +97,7 @@ impl FencedStore {
             [0, highest] => Ok(FencedWrite::Rejected { highest: *highest }),
             other => Err(LockError::Backend(BackendError::new(
                 "fenced",
-                "fenced write",
+                Operation::FencedWrite,
                 false,
                 format!("unexpected reply {other:?}"),
             ))),

@@ -7,8 +7,8 @@
 //! screen.
 
 use crate::engines::engine::{EngineFailure, EngineResult};
-use crate::engines::timeouts::Timeouts;
-use crate::operating::key_events::{KeyEvent, KeyEventSender};
+use crate::engines::settings::Timeouts;
+use crate::operating::key_events::{KeyEvent, KeyEventSender, Notifications};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -41,12 +41,12 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 pub(crate) async fn follow(
     source: ClientSource,
     lock: String,
-    enable: bool,
+    notifications: Notifications,
     timeouts: Timeouts,
     tolerate_unreachable: bool,
     events: KeyEventSender,
 ) -> EngineResult<()> {
-    let first = subscribe(&source, &lock, enable, timeouts).await;
+    let first = subscribe(&source, &lock, notifications, timeouts).await;
     let subscribed = match first {
         Ok(subscribed) => Some(subscribed),
         Err(Failure::Refused(failure)) => return Err(failure),
@@ -59,7 +59,14 @@ pub(crate) async fn follow(
             None
         }
     };
-    tokio::spawn(forward(source, lock, enable, timeouts, subscribed, events));
+    tokio::spawn(forward(
+        source,
+        lock,
+        notifications,
+        timeouts,
+        subscribed,
+        events,
+    ));
     Ok(())
 }
 
@@ -87,11 +94,11 @@ struct Subscribed {
 async fn subscribe(
     source: &ClientSource,
     lock: &str,
-    enable: bool,
+    notifications: Notifications,
     timeouts: Timeouts,
 ) -> Result<Subscribed, Failure> {
     let budget = timeouts.connect + timeouts.response * 3;
-    match tokio::time::timeout(budget, subscribe_now(source, lock, enable)).await {
+    match tokio::time::timeout(budget, subscribe_now(source, lock, notifications)).await {
         Ok(result) => result,
         Err(_) => Err(Failure::Unreachable(failure(format!(
             "no answer within {} while subscribing to keyspace notifications",
@@ -100,7 +107,7 @@ async fn subscribe(
     }
 }
 
-/// Checks (with `enable`: sets) `notify-keyspace-events` on the server `source` names, then
+/// Checks (with [`Notifications::Enable`]: sets) `notify-keyspace-events` on the server `source` names, then
 /// subscribes to `lock`'s keyspace channel on a connection of its own.
 ///
 /// # Cancel safety
@@ -110,7 +117,7 @@ async fn subscribe(
 async fn subscribe_now(
     source: &ClientSource,
     lock: &str,
-    enable: bool,
+    notifications: Notifications,
 ) -> Result<Subscribed, Failure> {
     let classify = |err: redis::RedisError| {
         if super::diagnose::is_permanent(&err) {
@@ -142,7 +149,7 @@ async fn subscribe_now(
     let missing = missing_flags(&current);
     if !missing.is_empty() {
         let wanted = format!("{current}{missing}");
-        if !enable {
+        if notifications == Notifications::Require {
             return Err(Failure::Refused(failure(format!(
                 "keyspace notifications are off on {server} (notify-keyspace-events is \
                  `{current}`; following a lock needs the flags K$gxe): run `CONFIG SET \
@@ -195,7 +202,7 @@ fn missing_flags(current: &str) -> String {
 async fn forward(
     source: ClientSource,
     lock: String,
-    enable: bool,
+    notifications: Notifications,
     timeouts: Timeouts,
     mut subscribed: Option<Subscribed>,
     events: KeyEventSender,
@@ -249,7 +256,7 @@ async fn forward(
         delay = (delay * 2).min(MAX_RETRY_DELAY);
         // A restarted (or newly promoted) server may lack the setting: enabled again only if
         // the caller asked for that, otherwise reported until an administrator does.
-        match subscribe(&source, &lock, enable, timeouts).await {
+        match subscribe(&source, &lock, notifications, timeouts).await {
             Ok(again) => {
                 if !events.send(KeyEvent::Resubscribed {
                     server: again.server.clone(),

@@ -10,7 +10,7 @@
 //! [`Node`]: super::node::Node
 
 use super::alive::AliveFlag;
-use crate::engines::timeouts::Timeouts;
+use crate::engines::settings::Timeouts;
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
 use crate::util::hosts::{percent_decode, Authority};

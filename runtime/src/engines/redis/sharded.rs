@@ -14,7 +14,7 @@
 use super::cluster_spec::ClusterSpec;
 use super::pubsub::{settle, Failure};
 use crate::engines::engine::EngineResult;
-use crate::engines::timeouts::Timeouts;
+use crate::engines::settings::Timeouts;
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};

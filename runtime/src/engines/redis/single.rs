@@ -15,17 +15,17 @@ use super::node::{
 };
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
-use super::tls::TlsFiles;
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
+use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::lock::key::{lock_name, KeyNames};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use crate::wait::{Channels, ReleaseWatch, Successor};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::AtomicBool;
@@ -248,14 +248,9 @@ impl Engine for RedisEngine {
         })
     }
 
-    #[cfg(distlock_test_hooks)]
-    fn watched_channels(&self) -> usize {
-        self.subscriber.watched()
-    }
-
-    #[cfg(distlock_test_hooks)]
-    fn batched_calls(&self) -> u64 {
-        self.acquires.queued() + self.releases.queued()
+    /// The scripts' writer intent lapses unless the waiting writer asks again.
+    fn writer_intent_lapses(&self) -> bool {
+        true
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
@@ -285,16 +280,28 @@ impl Engine for RedisEngine {
     fn follow<'a>(
         &'a self,
         key: &'a str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> BoxFuture<'a, EngineResult<()>> {
         Box::pin(keyspace::follow(
             self.node.client_source(),
             self.names(key).lock,
-            enable,
+            notifications,
             self.node.timeouts(),
             false,
             events,
         ))
+    }
+}
+
+/// What this engine shows the test suite (`SharedHooks::show`).
+#[cfg(distlock_test_hooks)]
+impl RedisEngine {
+    pub(crate) fn watched_channels(&self) -> usize {
+        self.subscriber.watched()
+    }
+
+    pub(crate) fn batched_calls(&self) -> u64 {
+        self.acquires.queued() + self.releases.queued()
     }
 }

@@ -2,48 +2,9 @@
 //! (`tls-auth-clients yes`), the client's own certificate. Without a CA the platform's web PKI
 //! roots are trusted.
 
+use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use crate::util::redact::redact_url;
-use std::fmt;
-use std::path::Path;
-
-/// Certificates in PEM form, read when the backend is built.
-#[derive(Clone, Default)]
-pub(crate) struct TlsFiles {
-    /// CA certificate(s) that sign the server's certificate.
-    pub(crate) ca: Option<Vec<u8>>,
-    /// The client's certificate chain and private key.
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-/// Certificates and keys are never printed, only whether they are set.
-impl fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsFiles")
-            .field("ca", &self.ca.as_ref().map(|_| "<set>"))
-            .field("client", &self.client.as_ref().map(|_| "<set>"))
-            .finish()
-    }
-}
-
-impl TlsFiles {
-    fn is_set(&self) -> bool {
-        self.ca.is_some() || self.client.is_some()
-    }
-}
-
-/// Reads a PEM file; the problem, if any, names the path (the caller names the setting).
-pub(crate) fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
-    let pem = std::fs::read(path)
-        .map_err(|err| format!("names `{}`, which cannot be read: {err}", path.display()))?;
-    if !pem.windows(11).any(|window| window == b"-----BEGIN ") {
-        return Err(format!(
-            "names `{}`, which holds no PEM block (`-----BEGIN …`)",
-            path.display()
-        ));
-    }
-    Ok(pem)
-}
 
 /// A redis-rs client for `url`, with `tls` applied to `rediss://` URLs.
 pub(crate) fn client(url: &str, tls: &TlsFiles) -> Result<redis::Client, LockError> {

@@ -2,14 +2,16 @@
 //! conditional `SET … IFEQ` release beside it, the local transfer, and the fencing token's
 //! write-back.
 
-use super::{asker_code, millis, unexpected, Bound, Node, ReplicaAck};
+use super::{ms_arg, unexpected, Bound, Node, ReplicaAck};
 use crate::engines::engine::{
     Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer,
 };
 use crate::engines::redis::conditional;
 use crate::engines::redis::diagnose;
 use crate::engines::redis::handover_channel::HandoverChannel;
-use crate::engines::redis::protocol::{Acquire, FenceWriteback, Release, UnknownReply};
+use crate::engines::redis::protocol::{
+    asker_arg, millis, Acquire, FenceWriteback, Release, UnknownReply,
+};
 use crate::engines::redis::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
 use crate::lock::key::KeyNames;
 use crate::lock::kind::LockKind;
@@ -90,7 +92,7 @@ impl ReleaseCall {
             "{} {} {}",
             self.owner.as_str(),
             successor.owner.as_str(),
-            successor.ttl.as_millis().max(1)
+            millis::arg(successor.ttl)
         );
         if let Some(grant) = grant_time {
             use std::fmt::Write;
@@ -106,42 +108,7 @@ impl ReleaseCall {
 /// A queued waiter's grant time for a lease of `ttl` where the engine's is `grant`, as the
 /// scripts compute it: the smaller of the two, in whole milliseconds.
 fn grant_for(grant: Duration, ttl: Duration) -> Duration {
-    let grant_ms = grant.as_millis().max(1);
-    let ttl_ms = ttl.as_millis().max(1);
-    Duration::from_millis(grant_ms.min(ttl_ms) as u64)
-}
-
-/// What `acquire.lua`'s `answer` for `lock` means to the engine; `next`: the grant time of a
-/// caller it queued.
-fn acquired(lock: &str, answer: Acquire, next: Option<Duration>) -> EngineResult<Acquired> {
-    Ok(match answer {
-        Acquire::Granted { token } => Acquired::Yes { fence: token },
-        Acquire::Busy { pttl } => Acquired::Busy {
-            ttl: pttl,
-            reserved: false,
-            next: None,
-            anew: false,
-        },
-        Acquire::Queued { pttl, anew } => Acquired::Busy {
-            ttl: pttl,
-            reserved: false,
-            next,
-            anew,
-        },
-        Acquire::Reserved { left } => Acquired::Busy {
-            ttl: left,
-            reserved: true,
-            next: None,
-            anew: false,
-        },
-        Acquire::ForeignValue => {
-            return Err(EngineFailure {
-                ambiguous: false,
-                source: diagnose::foreign_value(&format!("the key {lock}")).into(),
-            })
-        }
-        Acquire::OtherKind => return Err(EngineFailure::kind_mismatch(lock, LockKind::Exclusive)),
-    })
+    Duration::from_millis(millis::arg(grant).min(millis::arg(ttl)))
 }
 
 /// How long the waiters a release notifies have the lock before anyone else (`release.lua`):
@@ -246,15 +213,15 @@ impl Node {
     ) -> EngineResult<Vec<EngineResult<Acquired>>> {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = clock_step_us.to_string();
-        let ttls: Vec<Vec<u8>> = items.iter().map(|item| millis(item.ttl)).collect();
+        let ttls: Vec<Vec<u8>> = items.iter().map(|item| ms_arg(item.ttl)).collect();
         let askers: Vec<std::borrow::Cow<'_, [u8]>> = items
             .iter()
             .map(|item| match item.ticket {
                 Some(ticket) if grant_time.is_some() => {
-                    let code = String::from_utf8_lossy(asker_code(item.asker));
+                    let code = char::from(asker_arg(item.asker));
                     format!("{code} {ticket}").into_bytes().into()
                 }
-                _ => asker_code(item.asker).into(),
+                _ => vec![asker_arg(item.asker)].into(),
             })
             .collect();
         let queue = self.queue_arg(grant_time);
@@ -278,7 +245,13 @@ impl Node {
             .zip(items)
             .map(|(answer, item)| {
                 let next = grant_time.map(|grant| grant_for(grant, item.ttl));
-                acquired(&item.lock, Acquire::decode(answer[0], answer[1])?, next)
+                let foreign = || diagnose::foreign_key(&item.lock);
+                Acquire::decode(answer[0], answer[1])?.acquired(
+                    next,
+                    &item.lock,
+                    LockKind::Exclusive,
+                    foreign,
+                )
             })
             .collect();
         match (self.replica_ack, acknowledged) {
@@ -544,7 +517,7 @@ impl Node {
                 marker_ttl,
             ));
         }
-        let (marker_ms, window) = (millis(marker_ttl), millis(reservation_window));
+        let (marker_ms, window) = (ms_arg(marker_ttl), ms_arg(reservation_window));
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
             let owners: Vec<_> = scripted
@@ -635,7 +608,7 @@ impl Node {
         let Some(grant) = grant_time else {
             return b"0".to_vec();
         };
-        let mut arg = millis(grant);
+        let mut arg = ms_arg(grant);
         if let Some(channel) = self.usable_handover_channel() {
             arg.push(b' ');
             arg.extend_from_slice(channel.as_bytes());
@@ -687,8 +660,8 @@ impl Node {
             .iter()
             .map(|item| item.script_arg(self.grant_time))
             .collect();
-        let marker_ms = millis(marker_ttl);
-        let window = millis(reservation_window);
+        let marker_ms = ms_arg(marker_ttl);
+        let window = ms_arg(reservation_window);
         let args = self.release_args(&owners, &marker_ms, &window);
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
         release_replies(codes, items.iter(), self.grant_time)
@@ -741,7 +714,7 @@ pub(crate) fn report_refused_publish(reported: &AtomicBool, prefix: &str, channe
         prefix,
         "the server refused to publish a release notification (the Redis user may not \
          publish on the channel); releases still happen, but waiters in other processes learn \
-         of them only by backoff. Grant the rules distlock::redis_acl_rules(prefix) returns"
+         of them only by backoff. Grant the rules distlock::redis::acl_rules(prefix) returns"
     );
 }
 

@@ -20,10 +20,12 @@ use super::conditional::{ConditionalSet, ContendedKeys};
 use super::diagnose;
 use super::handover_channel::HandoverChannel;
 use super::sentinel::SentinelTarget;
-use super::tls::{self, TlsFiles};
-use crate::engines::engine::{Asker, EngineFailure, EngineResult};
+use super::tls;
+use crate::engines::engine::{EngineFailure, EngineResult};
+use crate::engines::redis::protocol::millis;
 use crate::engines::redis::scripts::LuaScript;
-pub(crate) use crate::engines::timeouts::Timeouts;
+pub(crate) use crate::engines::settings::Timeouts;
+use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -573,7 +575,7 @@ async fn send(
     pipe.add_command(script)
         .cmd("WAIT")
         .arg(ack.replicas)
-        .arg(ack.timeout.as_millis().max(1) as u64);
+        .arg(millis::arg(ack.timeout));
     let replies: Vec<Value> = pipe.ignore_errors().query_async(manager).await?;
     let mut replies = replies.into_iter();
     let (Some(reply), Some(acknowledged)) = (replies.next(), replies.next()) else {
@@ -594,17 +596,9 @@ fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
     }
 }
 
-/// `acquire.lua`'s code for who asks.
-fn asker_code(asker: Asker) -> &'static [u8] {
-    match asker {
-        Asker::Once => b"0",
-        Asker::WillWait => b"1",
-        Asker::Waiting => b"2",
-    }
-}
-
-fn millis(duration: Duration) -> Vec<u8> {
-    duration.as_millis().max(1).to_string().into_bytes()
+/// A time as a script argument's bytes ([`millis::arg`]).
+fn ms_arg(time: Duration) -> Vec<u8> {
+    millis::arg(time).to_string().into_bytes()
 }
 
 #[cfg(test)]

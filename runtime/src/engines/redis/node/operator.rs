@@ -1,7 +1,7 @@
 //! What an operator asks of one server: who holds a lock (`inspect.lua`), a forced unlock
 //! (`unlock.lua`), the lock keys (`SCAN`), and the doctor's checks of settings and ACL rules.
 
-use super::{millis, unexpected, Node};
+use super::{ms_arg, unexpected, Node};
 use crate::engines::engine::{EngineResult, Holder};
 use crate::engines::redis::scripts::{ACQUIRE, INSPECT, UNLOCK};
 use crate::engines::redis::{diagnose, scan};
@@ -51,7 +51,7 @@ impl Node {
         names: &KeyNames,
         marker_ttl: Duration,
     ) -> EngineResult<Option<Holder>> {
-        let marker_ttl = millis(marker_ttl);
+        let marker_ttl = ms_arg(marker_ttl);
         let args: [&[u8]; 3] = [
             &marker_ttl,
             self.publish.as_bytes(),
@@ -91,7 +91,7 @@ impl Node {
         let mut info = redis::cmd("INFO");
         info.arg("replication");
         let replication: String = self.raw_query(&info).await.unwrap_or_default();
-        let mut findings = crate::operating::doctor::judge(
+        let mut findings = crate::engines::redis::doctor::judge(
             settings[0].as_deref(),
             settings[1].as_deref(),
             settings[2].as_deref(),
@@ -101,7 +101,7 @@ impl Node {
         let mut server = redis::cmd("INFO");
         server.arg("server");
         let server: String = self.raw_query(&server).await.unwrap_or_default();
-        findings.extend(crate::operating::doctor::judge_version(&server));
+        findings.extend(crate::engines::redis::doctor::judge_version(&server));
         findings.extend(self.check_acl().await);
         Ok(findings)
     }
@@ -118,7 +118,7 @@ impl Node {
             .await
         {
             Ok(user) => user,
-            Err(_) => return vec![crate::operating::doctor::acl_unchecked("ACL WHOAMI")],
+            Err(_) => return vec![crate::engines::redis::doctor::acl_unchecked("ACL WHOAMI")],
         };
         let lock = crate::lock::key::lock_name(&self.prefix, "doctor-probe");
         let channel = crate::lock::key::channel_of(&lock);
@@ -150,10 +150,10 @@ impl Node {
             match self.raw_query::<String>(&dryrun).await {
                 Ok(answer) if answer == "OK" => {}
                 Ok(answer) => denied.push(format!("{}: {answer}", command[0])),
-                Err(_) => return vec![crate::operating::doctor::acl_unchecked("ACL DRYRUN")],
+                Err(_) => return vec![crate::engines::redis::doctor::acl_unchecked("ACL DRYRUN")],
             }
         }
-        crate::operating::doctor::judge_acl(
+        crate::engines::redis::doctor::judge_acl(
             &user,
             &denied,
             &self.prefix,

@@ -1,7 +1,7 @@
 //! Lease renewal (`renew.lua`) as typed calls: the watchdog's batches, and the command the
 //! cluster engine pipelines itself.
 
-use super::{millis, unexpected, Node};
+use super::{ms_arg, unexpected, Node};
 use crate::engines::engine::{EngineFailure, EngineResult, Ownership, Renewal};
 use crate::engines::redis::protocol::Renew;
 use crate::engines::redis::scripts::RENEW;
@@ -86,7 +86,7 @@ impl Node {
                 true => [&b"~"[..], &self.member(item.owner)].concat(),
                 false => item.owner.as_bytes().to_vec(),
             });
-            args.push(millis(item.ttl));
+            args.push(ms_arg(item.ttl));
         }
         args
     }
@@ -94,9 +94,5 @@ impl Node {
 
 /// What `renew.lua`'s `code` for one lease found.
 fn renewed(code: i64) -> EngineResult<Ownership> {
-    Ok(match Renew::decode(code)? {
-        Renew::Renewed => Ownership::Ours,
-        Renew::Gone => Ownership::Gone,
-        Renew::TakenOver => Ownership::TakenOver,
-    })
+    Ok(Renew::decode(code)?.into())
 }

@@ -1,9 +1,9 @@
 //! Readers and permits (`shared_acquire.lua`, `shared_release.lua`) as typed calls.
 
-use super::{asker_code, millis, Node, ReleaseReply};
+use super::{ms_arg, Node, ReleaseReply};
 use crate::engines::engine::{Acquired, Asker, EngineFailure, EngineResult, Ownership};
 use crate::engines::redis::diagnose;
-use crate::engines::redis::protocol::{SharedAcquire, SharedRelease};
+use crate::engines::redis::protocol::{asker_arg, Acquire, SharedAcquire, SharedRelease};
 use crate::engines::redis::scripts::{SHARED_ACQUIRE, SHARED_RELEASE};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
@@ -33,39 +33,19 @@ impl Node {
         };
         let permits = permits.to_string();
         let member = self.member(owner);
-        let ttl_ms = millis(ttl);
+        let ttl_ms = ms_arg(ttl);
         let args: [&[u8]; 5] = [
             letter.as_bytes(),
             permits.as_bytes(),
             &member,
             &ttl_ms,
-            asker_code(asker),
+            &[asker_arg(asker)],
         ];
         let (answer, acknowledged): ([i64; 2], _) = self
             .invoke_acked(&SHARED_ACQUIRE, &[lock, &holders], &args, self.replica_ack)
             .await?;
-        let acquired = match SharedAcquire::decode(answer[0], answer[1])? {
-            SharedAcquire::Granted { token } => Acquired::Yes { fence: token },
-            SharedAcquire::Busy { ms } => Acquired::Busy {
-                next: None,
-                anew: false,
-                ttl: ms,
-                reserved: false,
-            },
-            SharedAcquire::Reserved { ms } => Acquired::Busy {
-                next: None,
-                anew: false,
-                ttl: ms,
-                reserved: true,
-            },
-            SharedAcquire::ForeignValue => {
-                return Err(EngineFailure {
-                    ambiguous: false,
-                    source: diagnose::foreign_value(&format!("the key {lock}")).into(),
-                })
-            }
-            SharedAcquire::OtherKind => return Err(EngineFailure::kind_mismatch(lock, kind)),
-        };
+        let answer = Acquire::from(SharedAcquire::decode(answer[0], answer[1])?);
+        let acquired = answer.acquired(None, lock, kind, || diagnose::foreign_key(lock))?;
         match (self.replica_ack, acknowledged, acquired) {
             (Some(ack), Some(acknowledged), Acquired::Yes { .. })
                 if acknowledged < ack.replicas =>
@@ -102,8 +82,8 @@ impl Node {
     ) -> EngineResult<ReleaseReply> {
         let holders = crate::lock::key::holders_of(lock);
         let member = self.member(owner);
-        let marker_ms = millis(marker_ttl);
-        let window = millis(reservation_window);
+        let marker_ms = ms_arg(marker_ttl);
+        let window = ms_arg(reservation_window);
         let args: [&[u8]; 4] = [&member, &marker_ms, &window, self.publish.as_bytes()];
         let code: i64 = self
             .invoke(&SHARED_RELEASE, &[lock, &holders], &args)

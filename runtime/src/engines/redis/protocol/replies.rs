@@ -1,5 +1,9 @@
-//! Every script's reply as a type, decoded exhaustively from the integers the scripts return.
+//! Every script's reply as a type, decoded exhaustively from the integers the scripts return
+//! (and encoded back, for the scripts' Rust twin), and what each means to an engine.
 
+use super::millis;
+use crate::engines::engine::{Acquired, EngineFailure, EngineResult, Ownership};
+use crate::lock::kind::LockKind;
 use std::time::Duration;
 
 /// A reply of `script` this client does not know: the server runs a script of another version,
@@ -33,10 +37,15 @@ impl std::fmt::Display for UnknownReply {
 
 impl std::error::Error for UnknownReply {}
 
-/// A time the scripts answer in milliseconds; `None` when they could not say (a negative
-/// `PTTL`: no key, or no TTL).
-fn millis(ms: i64) -> Option<Duration> {
-    u64::try_from(ms).ok().map(Duration::from_millis)
+/// A script answered what this client does not know: an error, and ambiguous — the script ran,
+/// and whatever it did (a grant, a release) may have happened.
+impl From<UnknownReply> for EngineFailure {
+    fn from(reply: UnknownReply) -> EngineFailure {
+        EngineFailure {
+            ambiguous: true,
+            source: Box::new(reply),
+        }
+    }
 }
 
 /// `acquire.lua`'s answer for one key: two integers.
@@ -67,19 +76,59 @@ impl Acquire {
             (1, token) if token > 0 => Acquire::Granted {
                 token: token as u64,
             },
-            (0, pttl) => Acquire::Busy { pttl: millis(pttl) },
+            (0, pttl) => Acquire::Busy {
+                pttl: millis::decode(pttl),
+            },
             (4, pttl) => Acquire::Queued {
-                pttl: millis(pttl),
+                pttl: millis::decode(pttl),
                 anew: false,
             },
             (7, pttl) => Acquire::Queued {
-                pttl: millis(pttl),
+                pttl: millis::decode(pttl),
                 anew: true,
             },
-            (3, left) => Acquire::Reserved { left: millis(left) },
+            (3, left) => Acquire::Reserved {
+                left: millis::decode(left),
+            },
             (-2, _) => Acquire::ForeignValue,
             (-3, _) => Acquire::OtherKind,
             _ => return Err(UnknownReply::new(Self::SCRIPT, [code, value])),
+        })
+    }
+
+    /// The two integers the script answers with.
+    #[cfg(any(test, distlock_test_hooks))]
+    pub(crate) fn encode(self) -> [i64; 2] {
+        match self {
+            Acquire::Granted { token } => [1, token as i64],
+            Acquire::Busy { pttl } => [0, millis::encode(pttl)],
+            Acquire::Queued { pttl, anew } => [if anew { 7 } else { 4 }, millis::encode(pttl)],
+            Acquire::Reserved { left } => [3, millis::encode(left)],
+            Acquire::ForeignValue => [-2, 0],
+            Acquire::OtherKind => [-3, 0],
+        }
+    }
+
+    /// What the answer means for a caller that asked for `lock` as `kind`: `next` is how long
+    /// a place the script queued the caller in lasts (the grant time); `foreign` says, in the
+    /// engine's words, that the key holds a value distlock did not write.
+    pub(crate) fn acquired(
+        self,
+        next: Option<Duration>,
+        lock: &str,
+        kind: LockKind,
+        foreign: impl FnOnce() -> EngineFailure,
+    ) -> EngineResult<Acquired> {
+        Ok(match self {
+            Acquire::Granted { token } => Acquired::Yes { fence: token },
+            Acquire::Busy { pttl } => Acquired::busy(pttl),
+            Acquire::Queued { pttl, anew } => match next {
+                Some(next) => Acquired::queued(pttl, next, anew),
+                None => Acquired::busy(pttl),
+            },
+            Acquire::Reserved { left } => Acquired::reserved(left),
+            Acquire::ForeignValue => return Err(foreign()),
+            Acquire::OtherKind => return Err(EngineFailure::kind_mismatch(lock, kind)),
         })
     }
 }
@@ -121,6 +170,20 @@ impl Release {
             _ => return Err(UnknownReply::new(Self::SCRIPT, (code, token))),
         })
     }
+
+    /// The integer the script answers with (a pair only for a transfer: `[5, token]`).
+    #[cfg(any(test, distlock_test_hooks))]
+    pub(crate) fn encode(self) -> Vec<i64> {
+        match self {
+            Release::Released => vec![1],
+            Release::ReleasedUnannounced => vec![2],
+            Release::HandedOver => vec![3],
+            Release::HandedOverSuccessorQueued => vec![6],
+            Release::Expired => vec![0],
+            Release::TakenOver => vec![-1],
+            Release::Transferred { token } => vec![5, token as i64],
+        }
+    }
 }
 
 /// `renew.lua`'s answer for one lease.
@@ -144,6 +207,26 @@ impl Renew {
             -1 => Renew::TakenOver,
             _ => return Err(UnknownReply::new(Self::SCRIPT, code)),
         })
+    }
+
+    /// The integer the script answers with.
+    #[cfg(any(test, distlock_test_hooks))]
+    pub(crate) fn encode(self) -> i64 {
+        match self {
+            Renew::Renewed => 1,
+            Renew::Gone => 0,
+            Renew::TakenOver => -1,
+        }
+    }
+}
+
+impl From<Renew> for Ownership {
+    fn from(renew: Renew) -> Ownership {
+        match renew {
+            Renew::Renewed => Ownership::Ours,
+            Renew::Gone => Ownership::Gone,
+            Renew::TakenOver => Ownership::TakenOver,
+        }
     }
 }
 
@@ -170,12 +253,30 @@ impl SharedAcquire {
             (1, token) if token > 0 => SharedAcquire::Granted {
                 token: token as u64,
             },
-            (0, ms) => SharedAcquire::Busy { ms: millis(ms) },
-            (3, ms) => SharedAcquire::Reserved { ms: millis(ms) },
+            (0, ms) => SharedAcquire::Busy {
+                ms: millis::decode(ms),
+            },
+            (3, ms) => SharedAcquire::Reserved {
+                ms: millis::decode(ms),
+            },
             (-2, _) => SharedAcquire::ForeignValue,
             (-3, _) => SharedAcquire::OtherKind,
             _ => return Err(UnknownReply::new(Self::SCRIPT, [code, value])),
         })
+    }
+}
+
+/// A shared holder's answer is an exclusive one that never queues: the same codes, the same
+/// meanings.
+impl From<SharedAcquire> for Acquire {
+    fn from(answer: SharedAcquire) -> Acquire {
+        match answer {
+            SharedAcquire::Granted { token } => Acquire::Granted { token },
+            SharedAcquire::Busy { ms } => Acquire::Busy { pttl: ms },
+            SharedAcquire::Reserved { ms } => Acquire::Reserved { left: ms },
+            SharedAcquire::ForeignValue => Acquire::ForeignValue,
+            SharedAcquire::OtherKind => Acquire::OtherKind,
+        }
     }
 }
 
@@ -200,6 +301,16 @@ impl SharedRelease {
             0 => SharedRelease::Expired,
             _ => return Err(UnknownReply::new(Self::SCRIPT, code)),
         })
+    }
+
+    /// The integer the script answers with.
+    #[cfg(any(test, distlock_test_hooks))]
+    pub(crate) fn encode(self) -> i64 {
+        match self {
+            SharedRelease::Released => 1,
+            SharedRelease::ReleasedUnannounced => 2,
+            SharedRelease::Expired => 0,
+        }
     }
 }
 
@@ -261,6 +372,52 @@ mod tests {
             Ok(SharedRelease::ReleasedUnannounced)
         );
         assert_eq!(FenceWriteback::decode(0), Ok(FenceWriteback::NotHeld));
+    }
+
+    #[test]
+    fn every_reply_encodes_to_what_decodes_to_it() {
+        let time = Some(Duration::from_millis(250));
+        for answer in [
+            Acquire::Granted { token: 9 },
+            Acquire::Busy { pttl: time },
+            Acquire::Busy { pttl: None },
+            Acquire::Queued {
+                pttl: time,
+                anew: true,
+            },
+            Acquire::Queued {
+                pttl: time,
+                anew: false,
+            },
+            Acquire::Reserved { left: time },
+            Acquire::ForeignValue,
+            Acquire::OtherKind,
+        ] {
+            let [code, value] = answer.encode();
+            assert_eq!(Acquire::decode(code, value), Ok(answer));
+        }
+        for answer in [
+            Release::Released,
+            Release::ReleasedUnannounced,
+            Release::HandedOver,
+            Release::HandedOverSuccessorQueued,
+            Release::Expired,
+            Release::TakenOver,
+            Release::Transferred { token: 3 },
+        ] {
+            let code = answer.encode();
+            assert_eq!(Release::decode(code[0], code.get(1).copied()), Ok(answer));
+        }
+        for answer in [Renew::Renewed, Renew::Gone, Renew::TakenOver] {
+            assert_eq!(Renew::decode(answer.encode()), Ok(answer));
+        }
+        for answer in [
+            SharedRelease::Released,
+            SharedRelease::ReleasedUnannounced,
+            SharedRelease::Expired,
+        ] {
+            assert_eq!(SharedRelease::decode(answer.encode()), Ok(answer));
+        }
     }
 
     /// A reply this version does not know is an error naming the script and the reply, never

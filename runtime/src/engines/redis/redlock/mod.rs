@@ -49,15 +49,15 @@ use crate::engines::redis::node::{
     report_refused_publish, Node, Place, ReleaseReply, Timeouts, RESERVATION_WINDOW,
 };
 use crate::engines::redis::pubsub::Subscriber;
-use crate::engines::redis::tls::TlsFiles;
+use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::lock::key::KeyNames;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::lock::policy::valid_for;
-use crate::operating::doctor::Finding;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::doctor::{Check, Finding};
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use fan_out::{all, fan_out, summarize, Answers};
 use futures_util::future::BoxFuture;
@@ -651,11 +651,9 @@ impl RedlockEngine {
                     self.give_back(names, owner, kind, &granted_or_unknown)
                         .await;
                 }
-                Ok(Acquired::Busy {
-                    ttl,
-                    reserved: false,
-                    next: queued,
-                    anew: false,
+                Ok(match queued {
+                    Some(place) => Acquired::queued(ttl, place, false),
+                    None => Acquired::busy(ttl),
                 })
             }
             Attempt::Failed(failure) => {
@@ -958,11 +956,6 @@ impl Engine for RedlockEngine {
         })
     }
 
-    #[cfg(distlock_test_hooks)]
-    fn watched_channels(&self) -> usize {
-        self.channels.watched()
-    }
-
     fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
         let checks = self.masters.iter().map(|master| async move {
             let found = master.node.check_acl().await;
@@ -987,6 +980,11 @@ impl Engine for RedlockEngine {
         })
     }
 
+    /// The scripts' writer intent lapses unless the waiting writer asks again.
+    fn writer_intent_lapses(&self) -> bool {
+        true
+    }
+
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move {
             let reports = fan_out(
@@ -1004,7 +1002,7 @@ impl Engine for RedlockEngine {
                         advice: format!("master {}: {}", master.address, finding.advice),
                     })),
                     Err(failure) => findings.push(Finding {
-                        check: "unreachable",
+                        check: Check::Unreachable,
                         advice: format!(
                             "master {} did not answer ({}); with fewer than {} of {} masters \
                              up, no lock can be taken",
@@ -1031,9 +1029,17 @@ impl Engine for RedlockEngine {
     fn follow<'a>(
         &'a self,
         key: &'a str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> BoxFuture<'a, EngineResult<()>> {
-        Box::pin(self.follow_all(key, enable, events))
+        Box::pin(self.follow_all(key, notifications, events))
+    }
+}
+
+/// What this engine shows the test suite (`SharedHooks::show`).
+#[cfg(distlock_test_hooks)]
+impl RedlockEngine {
+    pub(crate) fn watched_channels(&self) -> usize {
+        self.channels.watched()
     }
 }

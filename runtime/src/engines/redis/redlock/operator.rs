@@ -5,7 +5,7 @@ use super::fan_out::{all, fan_out, summarize};
 use super::RedlockEngine;
 use crate::engines::engine::{EngineResult, Holder};
 use crate::engines::redis::keyspace;
-use crate::operating::key_events::KeyEventSender;
+use crate::operating::key_events::{KeyEventSender, Notifications};
 use futures_util::future::join_all;
 use std::collections::{BTreeSet, HashMap};
 
@@ -110,7 +110,7 @@ impl RedlockEngine {
     pub(super) async fn follow_all(
         &self,
         key: &str,
-        enable: bool,
+        notifications: Notifications,
         events: KeyEventSender,
     ) -> EngineResult<()> {
         let lock = self.names(key).lock;
@@ -118,7 +118,7 @@ impl RedlockEngine {
             keyspace::follow(
                 master.node.client_source(),
                 lock.clone(),
-                enable,
+                notifications,
                 master.node.timeouts(),
                 true,
                 events.clone(),

@@ -63,12 +63,7 @@ impl RedlockEngine {
                 other => return Ok(other),
             }
         }
-        Ok(Acquired::Busy {
-            ttl: soonest,
-            reserved: false,
-            next: None,
-            anew: false,
-        })
+        Ok(Acquired::busy(soonest))
     }
 
     /// Gives `owner`'s slot back (every slot, when which one is not known).

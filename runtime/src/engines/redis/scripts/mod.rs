@@ -6,7 +6,7 @@ use once_cell::sync::Lazy;
 
 /// Source of the resource-side fencing script, for users who call it on their own connection.
 ///
-/// See [`FencedStore`](crate::FencedStore) for the contract; the file's header gives KEYS and ARGV.
+/// See [`FencedStore`](crate::redis::FencedStore) for the contract; the file's header gives KEYS and ARGV.
 pub const FENCED_SET_LUA: &str = include_str!("fenced_set.lua");
 
 /// A Lua script with its SHA1, computed once.

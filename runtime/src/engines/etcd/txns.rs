@@ -1,19 +1,13 @@
 //! A lock's queue on etcd: its keys, and the transactions that join, leave and read it.
 //!
 //! Every contender for the lock `K` writes its own entry, `<prefix>:{K}/<owner token>`, bound
-//! to a lease; its value is its kind (`W` a writer, `R` a reader, `P<n>` a permit of a
+//! to a lease; its value is its kind's tag (`W` a writer, `R` a reader, `P<n>` a permit of a
 //! semaphore of `n`), a space and the holder's label. The entries are ordered by their
-//! creation revision (etcd's global revision at the write that created them), and who holds
-//! the lock follows from that order alone:
-//!
-//! - a writer holds it when it is first;
-//! - a reader holds it when no writer is ahead of it (a waiting writer holds new readers back);
-//! - a permit holds one when fewer than `n` entries are ahead of it.
-//!
-//! The others wait in that order. A holder's creation revision is its fencing token: etcd's
-//! revision only grows, across leader changes, so a writer granted later has a larger token
-//! than every earlier holder, reader or writer.
+//! creation revision (etcd's global revision at the write that created them), which is also
+//! the token (`engines/queue/order.rs` says who holds): etcd's revision only grows, across
+//! leader changes.
 
+use crate::engines::queue::order::{kind_of, tag, Entry};
 use crate::lock::key::lock_name;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
@@ -28,60 +22,10 @@ pub(crate) struct Queue {
     pub(crate) start: String,
 }
 
-/// One entry of a queue, as read.
-#[derive(Debug, Clone)]
-pub(crate) struct Entry {
-    pub(crate) owner: String,
-    pub(crate) revision: i64,
-    pub(crate) lease: i64,
-    /// What the entry asks for (`None`: a value this version does not know).
-    pub(crate) kind: Option<LockKind>,
-    pub(crate) label: String,
-}
-
-/// The tag an entry of `kind` is written with.
-fn tag(kind: LockKind) -> String {
-    match kind {
-        LockKind::Exclusive => "W".into(),
-        LockKind::Read => "R".into(),
-        LockKind::Permits(n) => format!("P{n}"),
-    }
-}
-
 /// The kind of an entry's value, and its label.
 fn parse_value(value: &str) -> (Option<LockKind>, &str) {
     let (tag, label) = value.split_once(' ').unwrap_or((value, ""));
-    let kind = match tag {
-        "W" => Some(LockKind::Exclusive),
-        "R" => Some(LockKind::Read),
-        _ => tag
-            .strip_prefix('P')
-            .and_then(|n| n.parse().ok())
-            .map(LockKind::Permits),
-    };
-    (kind, label)
-}
-
-/// Whether the entry at `place` of `entries` (oldest first) holds the lock.
-pub(crate) fn holds(entries: &[Entry], place: usize) -> bool {
-    match entries[place].kind {
-        Some(LockKind::Exclusive) => place == 0,
-        Some(LockKind::Read) => entries[..place]
-            .iter()
-            .all(|ahead| ahead.kind == Some(LockKind::Read)),
-        Some(LockKind::Permits(n)) => place < n as usize,
-        None => false,
-    }
-}
-
-/// Whether an entry of `kind` may share a queue with one of `other`: a semaphore's entries
-/// with the semaphore's only, a lock's (readers and writers) with the lock's only.
-pub(crate) fn same_family(kind: LockKind, other: Option<LockKind>) -> bool {
-    match (kind, other) {
-        (LockKind::Permits(_), Some(LockKind::Permits(_))) => true,
-        (LockKind::Permits(_), _) | (_, Some(LockKind::Permits(_))) => false,
-        _ => true,
-    }
+    (kind_of(tag), label)
 }
 
 impl Queue {
@@ -157,33 +101,33 @@ impl Queue {
             .or_else([self.read_head()])
     }
 
-    /// The key of `entry`.
-    pub(crate) fn name(&self, entry: &Entry) -> String {
-        format!("{}{}", self.start, entry.owner)
-    }
-
     /// Deletes `entry` if it is still the one read (created at the same revision).
-    pub(crate) fn remove(&self, entry: &Entry) -> Txn {
-        let key = self.name(entry);
+    pub(crate) fn remove(&self, entry: &Entry<i64>) -> Txn {
+        let key = format!("{}{}", self.start, entry.owner);
         Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),
                 CompareOp::Equal,
-                entry.revision,
+                entry.token as i64,
             )])
             .and_then([TxnOp::delete(key.as_str(), None)])
     }
 
+    /// The owner whose entry `key` (a full etcd key of this queue) is.
+    pub(crate) fn owner_of<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
+        key.strip_prefix(self.start.as_bytes())
+    }
+
     /// The entries a range read of this queue returned, oldest first.
-    pub(crate) fn entries(&self, kvs: &[KeyValue]) -> Vec<Entry> {
+    pub(crate) fn entries(&self, kvs: &[KeyValue]) -> Vec<Entry<i64>> {
         kvs.iter()
             .filter_map(|kv| {
-                let owner = kv.key().strip_prefix(self.start.as_bytes())?;
+                let owner = self.owner_of(kv.key())?;
                 let value = String::from_utf8_lossy(kv.value());
                 let (kind, label) = parse_value(&value);
                 Some(Entry {
                     owner: String::from_utf8_lossy(owner).into_owned(),
-                    revision: kv.create_revision(),
+                    token: kv.create_revision() as u64,
                     lease: kv.lease(),
                     kind,
                     label: label.to_owned(),
@@ -193,7 +137,7 @@ impl Queue {
     }
 
     /// The entries read by the last operation of `response` (a read of this queue).
-    pub(crate) fn last_read(&self, response: &TxnResponse) -> Vec<Entry> {
+    pub(crate) fn last_read(&self, response: &TxnResponse) -> Vec<Entry<i64>> {
         match response.op_responses().pop() {
             Some(TxnOpResponse::Get(read)) => self.entries(read.kvs()),
             _ => Vec::new(),
@@ -237,40 +181,16 @@ mod tests {
         assert_eq!(key_of("distlock", "distlock:{order:7}"), None);
     }
 
-    fn queue(kinds: &[LockKind]) -> Vec<Entry> {
-        kinds
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| {
-                let value = format!("{} host:1 (blue)", tag(*kind));
-                let (kind, label) = parse_value(&value);
-                assert_eq!(label, "host:1 (blue)");
-                Entry {
-                    owner: format!("o{i}"),
-                    revision: 10 + i as i64,
-                    lease: 1,
-                    kind,
-                    label: label.to_owned(),
-                }
-            })
-            .collect()
-    }
-
     #[test]
-    fn who_holds_follows_from_the_order() {
-        use LockKind::{Exclusive as W, Permits as P, Read as R};
-        let held = |kinds: &[LockKind]| {
-            let entries = queue(kinds);
-            (0..entries.len())
-                .map(|place| holds(&entries, place))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(held(&[W, W, R]), [true, false, false]);
-        assert_eq!(held(&[R, R, W, R]), [true, true, false, false]);
-        assert_eq!(held(&[P(2), P(2), P(2)]), [true, true, false]);
-        assert!(same_family(R, Some(W)));
-        assert!(!same_family(P(2), Some(R)));
-        assert!(!same_family(W, Some(P(3))));
+    fn a_value_is_a_tag_and_a_label() {
+        assert_eq!(
+            parse_value("P3 host:1 (blue)"),
+            (Some(LockKind::Permits(3)), "host:1 (blue)")
+        );
+        assert_eq!(
+            parse_value(&format!("{} ", tag(LockKind::Read))).0,
+            Some(LockKind::Read)
+        );
         assert_eq!(parse_value("X label").0, None);
     }
 }

@@ -1,0 +1,124 @@
+//! [`Store`]: what a store that orders entries does for the queue engine — only what it alone
+//! can (write, read and delete entries, keep their time, tell of deletions); everything that
+//! follows from the order of the entries is the engine's.
+
+use super::order::Entry;
+use crate::engines::engine::{EngineResult, Renewal};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
+use futures_util::stream::BoxStream;
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+/// A store of lock queues: each contender for a lock writes one entry, the store numbers it in
+/// the order entries are written (etcd's creation revision, a database's sequence), and the
+/// number is the entry's place and its holder's fencing token.
+///
+/// Every method is one request (or one transaction) to the store, atomic where it matters: a
+/// join writes and reads in one step, a removal checks what it removes.
+///
+/// # Cancel safety
+/// Not cancel safe: a request already sent may still take effect.
+/// As with [`Engine`](crate::engines::engine::Engine), a future dropped after its request left
+/// may still have its effect on the store, exactly like a lost reply, and the engine treats
+/// both alike: a join runs to its end in a task of its own and its entry is left in the
+/// background; a leave, renewal or removal is whole or not at all; a read, a time left and a
+/// watch still being opened leave nothing behind.
+pub(crate) trait Store: Send + Sync + 'static {
+    /// What an entry's time is kept by, as the store reads it back (etcd: the lease's id; a
+    /// store that reads the time left with the entry: that time).
+    type Lease: Copy + fmt::Debug + Send + Sync + 'static;
+
+    /// `owner` joins `key`'s queue as `kind` with an entry that lives `ttl` unless renewed —
+    /// or, with an entry there already, keeps its place and its time starts again — and the
+    /// queue is read in the same step.
+    fn join(
+        &self,
+        key: &str,
+        owner: &Owner,
+        kind: LockKind,
+        ttl: Duration,
+    ) -> impl Future<Output = EngineResult<Read<Self::Lease>>> + Send;
+
+    /// Deletes `owner`'s entry in `key`'s queue, if it is there.
+    fn leave(
+        &self,
+        key: &str,
+        owner: &Owner,
+    ) -> impl Future<Output = EngineResult<Presence>> + Send;
+
+    /// Starts each entry's time again, `ttl` from now: one answer per renewal, in order
+    /// (`None`: the store could not say for that one).
+    fn renew(
+        &self,
+        batch: &[Renewal<'_>],
+    ) -> impl Future<Output = EngineResult<Vec<Option<Presence>>>> + Send;
+
+    /// `key`'s queue, oldest entry first.
+    fn read(&self, key: &str)
+        -> impl Future<Output = EngineResult<Vec<Entry<Self::Lease>>>> + Send;
+
+    /// Deletes `entry` from `key`'s queue if it is still the one read (the same token);
+    /// whether it did.
+    fn remove(
+        &self,
+        key: &str,
+        entry: &Entry<Self::Lease>,
+    ) -> impl Future<Output = EngineResult<bool>> + Send;
+
+    /// How long `entry` lives at most unless renewed; `None` when the store cannot say.
+    fn time_left(
+        &self,
+        entry: &Entry<Self::Lease>,
+    ) -> impl Future<Output = Option<Duration>> + Send;
+
+    /// A watch of the deletions in `key`'s queue, in force once this resolves: every deletion
+    /// from then on, in the store's order, until the link breaks (the stream ends).
+    fn deletions(&self, key: &str) -> impl Future<Output = EngineResult<Deletions>> + Send;
+
+    /// The keys (without the prefix) that have a queue; the engine filters them.
+    fn keys(&self) -> impl Future<Output = EngineResult<Vec<String>>> + Send;
+
+    /// Sends every write and deletion in `key`'s queue to `events` until nobody listens;
+    /// resolves once that is in force (`distlock watch`).
+    fn follow(
+        &self,
+        key: &str,
+        events: KeyEventSender,
+    ) -> impl Future<Output = EngineResult<()>> + Send;
+
+    /// The store's settings and state that weaken locks.
+    fn doctor(&self) -> impl Future<Output = EngineResult<Vec<Finding>>> + Send;
+}
+
+/// A queue as a join read it, and where in the store's order the read happened.
+#[derive(Debug)]
+pub(crate) struct Read<L> {
+    pub(crate) entries: Vec<Entry<L>>,
+    pub(crate) at: u64,
+}
+
+/// What a leave or a renewal found of the caller's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Presence {
+    /// There: deleted, or its time started again.
+    Present,
+    /// Gone (it lapsed, or an operator removed it); `held`: another entry is first in the
+    /// queue.
+    Absent { held: bool },
+}
+
+/// One deletion in a watched queue: whose entry, and where in the store's order it happened.
+/// A deletion at a position after a read's happened after that read; a store that cannot
+/// order the two gives `u64::MAX`, which wakes the waiter every time (never too seldom).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Deletion {
+    pub(crate) owner: String,
+    pub(crate) at: u64,
+}
+
+/// The deletions of one watched queue.
+pub(crate) type Deletions = BoxStream<'static, Deletion>;
