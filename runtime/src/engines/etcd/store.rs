@@ -14,7 +14,9 @@ use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
 use crate::operating::key_events::KeyEventSender;
-use etcd_client::{GetOptions, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions};
+use etcd_client::{
+    EventType, GetOptions, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
 use futures_util::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -220,6 +222,7 @@ impl Store for EtcdStore {
             let deleted: Vec<Deletion> = reply
                 .events()
                 .iter()
+                .filter(|event| matches!(event.event_type(), EventType::Delete))
                 .filter_map(|event| {
                     let kv = event.kv()?;
                     Some(Deletion {
