@@ -40,11 +40,11 @@ impl EngineSpec for EtcdSpec {
         );
         let engine = Arc::new(QueueEngine::new(store, settings.timeouts.response));
         #[cfg(distlock_test_hooks)]
-        settings
-            .hooks
-            .show(crate::hooks::Probe::WatchedChannels, &engine, |engine| {
-                engine.watched_channels() as u64
-            });
+        settings.hooks.show(
+            crate::hooks::Probe::WatchedChannels,
+            &engine,
+            QueueEngine::watched_channels,
+        );
         Ok(engine)
     }
 }

@@ -297,8 +297,8 @@ impl Engine for InProcessEngine {
 /// What this engine shows the test suite (`SharedHooks::show`).
 #[cfg(distlock_test_hooks)]
 impl InProcessEngine {
-    pub(crate) fn watched_channels(&self) -> usize {
-        self.channels.watched()
+    pub(crate) fn watched_channels(&self) -> u64 {
+        self.channels.watched() as u64
     }
 }
 

@@ -59,11 +59,11 @@ impl EngineSpec for InProcessSpec {
             settings.holder_label,
         ));
         #[cfg(distlock_test_hooks)]
-        settings
-            .hooks
-            .show(Probe::WatchedChannels, &engine, |engine| {
-                engine.watched_channels() as u64
-            });
+        settings.hooks.show(
+            Probe::WatchedChannels,
+            &engine,
+            InProcessEngine::watched_channels,
+        );
         Ok(engine)
     }
 }

@@ -106,8 +106,8 @@ impl<S: Store> QueueEngine<S> {
 
     /// Release-notification channels with a local watcher.
     #[cfg(distlock_test_hooks)]
-    pub(crate) fn watched_channels(&self) -> usize {
-        self.watches.watched()
+    pub(crate) fn watched_channels(&self) -> u64 {
+        self.watches.watched() as u64
     }
 }
 

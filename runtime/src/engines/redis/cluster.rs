@@ -263,8 +263,8 @@ impl ClusterEngine {
 
     /// Release-notification channels with a local watcher.
     #[cfg(distlock_test_hooks)]
-    pub(crate) fn watched_channels(&self) -> usize {
-        self.subscriber.watched()
+    pub(crate) fn watched_channels(&self) -> u64 {
+        self.subscriber.watched() as u64
     }
 }
 

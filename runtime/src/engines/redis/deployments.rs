@@ -139,9 +139,11 @@ fn open_single(
     #[cfg(distlock_test_hooks)]
     {
         let hooks = settings.hooks;
-        hooks.show(Probe::WatchedChannels, &engine, |engine| {
-            engine.watched_channels() as u64
-        });
+        hooks.show(
+            Probe::WatchedChannels,
+            &engine,
+            RedisEngine::watched_channels,
+        );
         hooks.show(Probe::BatchedCalls, &engine, RedisEngine::batched_calls);
     }
     Ok(engine)
@@ -230,9 +232,11 @@ impl EngineSpec for ClusterSpec {
         #[cfg(distlock_test_hooks)]
         {
             let hooks = settings.hooks;
-            hooks.show(Probe::WatchedChannels, &engine, |engine| {
-                engine.watched_channels() as u64
-            });
+            hooks.show(
+                Probe::WatchedChannels,
+                &engine,
+                ClusterEngine::watched_channels,
+            );
             hooks.show(
                 Probe::RenewalRoundTrips,
                 &engine,
@@ -312,11 +316,11 @@ impl EngineSpec for RedlockSpec {
         }
         let engine = Arc::new(engine);
         #[cfg(distlock_test_hooks)]
-        settings
-            .hooks
-            .show(Probe::WatchedChannels, &engine, |engine| {
-                engine.watched_channels() as u64
-            });
+        settings.hooks.show(
+            Probe::WatchedChannels,
+            &engine,
+            RedlockEngine::watched_channels,
+        );
         Ok(engine)
     }
 }

@@ -297,8 +297,8 @@ impl Engine for RedisEngine {
 /// What this engine shows the test suite (`SharedHooks::show`).
 #[cfg(distlock_test_hooks)]
 impl RedisEngine {
-    pub(crate) fn watched_channels(&self) -> usize {
-        self.subscriber.watched()
+    pub(crate) fn watched_channels(&self) -> u64 {
+        self.subscriber.watched() as u64
     }
 
     pub(crate) fn batched_calls(&self) -> u64 {

@@ -1039,7 +1039,7 @@ impl Engine for RedlockEngine {
 /// What this engine shows the test suite (`SharedHooks::show`).
 #[cfg(distlock_test_hooks)]
 impl RedlockEngine {
-    pub(crate) fn watched_channels(&self) -> usize {
-        self.channels.watched()
+    pub(crate) fn watched_channels(&self) -> u64 {
+        self.channels.watched() as u64
     }
 }
