@@ -154,9 +154,9 @@ async fn a_least_privilege_user_can_do_every_operation() {
 }
 
 /// A user granted the keys' release channels but not the process's handover channel (rules
-/// narrower than `redis_acl_rules`): the refused subscription switches the channel off, the
-/// waiter's next ask records it without one, and the release hands it the lock by the key's
-/// channel — by the message, not by asking (which would not count as handed over).
+/// narrower than `distlock::redis::acl_rules`): the refused subscription switches the channel
+/// off, the waiter's next ask records it without one, and the release hands it the lock by the
+/// key's channel — by the message, not by asking (which would not count as handed over).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_handover_channel_leaves_handovers_on_the_keys_channel() {
     let server = RedisServer::start();

@@ -16,10 +16,10 @@ impl BackendBuilder {
     /// # Errors
     /// [`LockError::InvalidConfig`] for the first setting that is wrong, naming it (`setting`) and
     /// saying what is accepted (`problem`, without passwords):
-    /// - the deployment: a URL that is malformed or not a lock backend URL, `rediss://` without the
-    ///   `tls` feature, `etcd://` without the `etcd` feature, Redlock over fewer than 3 masters or
-    ///   one master twice, or a typed constructor's empty list, bad `host:port` or empty
-    ///   `master_name`;
+    /// - the deployment: a URL that is malformed or not a lock backend URL (`memory://` with
+    ///   anything after it included), `rediss://` without the `tls` feature, `etcd://` without the
+    ///   `etcd` feature, Redlock over fewer than 3 masters or one master twice, or a typed
+    ///   constructor's empty list, bad `host:port` or empty `master_name`;
     /// - a value out of range: [`watchdog_lease`](Self::watchdog_lease) under 100 ms, an empty
     ///   [`prefix`](Self::prefix) or one with `{`, `}` or a control character,
     ///   [`max_key_len`](Self::max_key_len) or [`renew_batch`](Self::renew_batch) of 0,

@@ -248,6 +248,15 @@ pub(crate) struct EngineFailure {
 pub(crate) type EngineResult<T> = Result<T, EngineFailure>;
 
 impl EngineFailure {
+    /// A failure after which the request may have taken effect, or that the next try may not
+    /// meet (a timeout, a broken connection, an answer that makes no sense).
+    pub(crate) fn ambiguous(what: impl std::fmt::Display) -> EngineFailure {
+        EngineFailure {
+            ambiguous: true,
+            source: what.to_string().into(),
+        }
+    }
+
     /// A key used as a semaphore taken as a lock, or the reverse (`-3` from the scripts).
     pub(crate) fn kind_mismatch(key: &str, kind: LockKind) -> EngineFailure {
         EngineFailure {
@@ -350,12 +359,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>>;
 
     /// Whether a waiting writer's claim on the key — what holds new readers back — lapses
-    /// unless the writer asks again within `WRITER_INTENT` (the Redis scripts' intent, and
-    /// their in-process twin's), so that a waiting writer must ask at least every
-    /// `WRITER_RETRY`. `false` where the claim lasts as long as the writer's place in the queue
-    /// (every store of the queue engine).
+    /// unless the writer asks again within `WRITER_INTENT` (the Redis scripts' intent), so
+    /// that a waiting writer must ask at least every `WRITER_RETRY`. `true` unless the engine
+    /// says otherwise: a writer that asks more often than it must costs a request, one that
+    /// asks too seldom is overtaken by readers. `false` where the claim lasts as long as the
+    /// writer's place in the queue (the queue engine).
     fn writer_intent_lapses(&self) -> bool {
-        false
+        true
     }
 
     /// `true` when every future of this engine is ready at its first poll (the in-process
@@ -395,8 +405,8 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// Follows `key`'s keyspace notifications on every server holding it, sending them to
     /// `events` until nobody listens; resolves once the subscriptions are in force. Without
-    /// notifications enabled on a server it fails naming the setting, unless told to enable them (then it
-    /// adds the flags it needs to `notify-keyspace-events`).
+    /// notifications enabled on a server it fails naming the setting, unless told to enable
+    /// them (then it adds the flags it needs to `notify-keyspace-events`).
     fn follow<'a>(
         &'a self,
         key: &'a str,

@@ -16,52 +16,41 @@ pub(crate) mod settings;
 pub(crate) mod spec;
 
 use crate::error::LockError;
+use crate::util::hosts::scheme_of;
 use crate::util::redact::redact_url;
-use spec::{EngineSpec, Registration};
+use spec::{EngineSpec, Parser, Registration};
 use std::sync::Arc;
 
 /// Every deployment a URL can name, in the order the error for an unknown URL lists them.
-const DEPLOYMENTS: [&Registration; 6] = [
+const DEPLOYMENTS: [&Registration; 5] = [
     &redis::deployments::SERVER,
     &redis::deployments::SENTINEL,
     &redis::deployments::CLUSTER,
     &etcd::REGISTRATION,
     &in_process::REGISTRATION,
-    &redis::deployments::REDLOCK,
 ];
 
-/// The deployment `url` names: one URL, or a comma-separated list of them (Redlock's masters).
+/// The deployment `url` names: one URL, or a comma-separated list of URLs where the first one's
+/// deployment takes lists (Redis servers: Redlock over them).
 ///
 /// # Errors
 /// [`LockError::InvalidConfig`] for `url`: a scheme no deployment takes, a URL its deployment
 /// refuses, or an engine this build lacks (naming the feature to turn on).
 pub(crate) fn from_url(url: &str) -> Result<Arc<dyn EngineSpec>, LockError> {
     let urls = split_list(url);
-    if urls.len() > 1 {
-        let list = DEPLOYMENTS.iter().find_map(|deployment| deployment.list);
-        return list.expect("a deployment takes lists")(urls);
-    }
-    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-    let registration = DEPLOYMENTS
+    let scheme = scheme_of(&urls[0]);
+    let Some(registration) = DEPLOYMENTS
         .iter()
-        .find(|deployment| scheme.is_some_and(|scheme| deployment.schemes.contains(&scheme)));
-    let Some(registration) = registration else {
-        let forms: Vec<&str> = DEPLOYMENTS
-            .iter()
-            .map(|deployment| deployment.forms)
-            .collect();
-        return Err(LockError::invalid_config(
-            "url",
-            format!(
-                "`{}` is not a lock backend URL; expected {}",
-                redact_url(url),
-                forms.join(", ")
-            ),
-        ));
+        .find(|deployment| scheme.is_some_and(|scheme| deployment.schemes.contains(&scheme)))
+    else {
+        return Err(unknown(url));
     };
-    match (registration.parse, registration.feature) {
-        (Some(parse), _) => parse(url),
-        (None, Some((feature, what))) => Err(LockError::invalid_config(
+    if let (Some((parse_list, _)), true) = (registration.list, urls.len() > 1) {
+        return parse_list(urls);
+    }
+    match registration.parser {
+        Parser::Url(parse) => parse(url.trim()),
+        Parser::Missing { feature, what } => Err(LockError::invalid_config(
             "url",
             format!(
                 "`{}` is {what}, and this build of distlock has no engine for it; turn on \
@@ -69,8 +58,24 @@ pub(crate) fn from_url(url: &str) -> Result<Arc<dyn EngineSpec>, LockError> {
                 redact_url(url)
             ),
         )),
-        (None, None) => unreachable!("a deployment built into every build has a parser"),
     }
+}
+
+/// `url` names no deployment: the error lists every form that does.
+fn unknown(url: &str) -> LockError {
+    let forms = DEPLOYMENTS.iter().map(|deployment| deployment.forms);
+    let lists = DEPLOYMENTS
+        .iter()
+        .filter_map(|deployment| deployment.list.map(|(_, form)| format!("or {form}")));
+    let expected: Vec<String> = forms.map(str::to_owned).chain(lists).collect();
+    LockError::invalid_config(
+        "url",
+        format!(
+            "`{}` is not a lock backend URL; expected {}",
+            redact_url(url),
+            expected.join(", ")
+        ),
+    )
 }
 
 /// The URLs of a comma-separated list (one URL: itself). A comma splits only where a URL of a
@@ -94,5 +99,47 @@ fn split_list(url: &str) -> Vec<String> {
                 return urls;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engines::engine::Deployment;
+
+    fn deployment(url: &str) -> Result<Deployment, String> {
+        from_url(url)
+            .map(|spec| spec.deployment())
+            .map_err(|err| err.to_string())
+    }
+
+    #[test]
+    fn a_url_names_its_deployment_and_a_list_of_servers_is_redlock() {
+        assert_eq!(deployment(" memory:// \n"), Ok(Deployment::InProcess));
+        assert_eq!(deployment("redis://a:1"), Ok(Deployment::Redis));
+        assert_eq!(
+            deployment("redis://a:1,rediss://b:2,redis://c:3"),
+            Ok(Deployment::Redlock)
+        );
+        let unknown = deployment("postgres://db/locks").unwrap_err();
+        assert!(
+            unknown.ends_with(
+                "expected redis://host:port, rediss://host:port, unix:///path/to/socket, \
+                 redis-sentinel://host:port,…/MASTER_NAME, redis-cluster://host:port,…, \
+                 etcd://host:port,…, memory://, or three or more comma-separated redis:// URLs \
+                 for Redlock"
+            ),
+            "{unknown}"
+        );
+    }
+
+    #[test]
+    fn only_a_list_that_starts_with_a_server_is_read_as_redlock() {
+        let etcd = deployment("etcd://a:2379,etcd://b:2379").unwrap_err();
+        assert!(!etcd.contains("Redlock"), "{etcd}");
+        let memory = deployment("memory://,redis://a,redis://b").unwrap_err();
+        assert!(memory.contains("something after `memory://`"), "{memory}");
+        let mixed = deployment("redis://a:1,memory://,redis://b:2").unwrap_err();
+        assert!(mixed.contains("is not a Redis URL"), "{mixed}");
     }
 }

@@ -52,7 +52,7 @@ pub(crate) fn only_redlock(spec: &dyn EngineSpec) -> String {
 /// Parses one URL into a deployment.
 pub(crate) type ParseUrl = fn(&str) -> Result<Arc<dyn EngineSpec>, LockError>;
 
-/// Parses a comma-separated list of server URLs (Redlock's masters) into a deployment.
+/// Parses a comma-separated list of URLs into a deployment.
 pub(crate) type ParseList = fn(Vec<String>) -> Result<Arc<dyn EngineSpec>, LockError>;
 
 /// How a deployment is named in a URL: its schemes, and the parser that reads them.
@@ -61,13 +61,11 @@ pub(crate) struct Registration {
     pub(crate) schemes: &'static [&'static str],
     /// The forms it accepts, for the error that lists every accepted URL.
     pub(crate) forms: &'static str,
-    /// The parser of one URL; `None` when the build lacks the engine's feature.
-    pub(crate) parse: Option<ParseUrl>,
-    /// The parser of a list of URLs, for the one deployment that takes lists (Redlock).
-    pub(crate) list: Option<ParseList>,
-    /// The Cargo feature the engine needs, and what its URLs name ("an etcd cluster"), for
-    /// the error a build without it gives.
-    pub(crate) feature: Option<(&'static str, &'static str)>,
+    pub(crate) parser: Parser,
+    /// A comma-separated list of URLs that starts with one of this deployment's, and what the
+    /// error that lists every accepted URL says of it: another deployment made of several of
+    /// these (Redlock over Redis servers).
+    pub(crate) list: Option<(ParseList, &'static str)>,
 }
 
 impl Registration {
@@ -80,9 +78,25 @@ impl Registration {
         Registration {
             schemes,
             forms,
-            parse: Some(parse),
+            parser: Parser::Url(parse),
             list: None,
-            feature: None,
         }
     }
+}
+
+/// What reads a deployment's URL in this build.
+pub(crate) enum Parser {
+    /// This parser.
+    Url(ParseUrl),
+    /// Nothing: the engine needs this Cargo feature, which the build lacks; its URLs name
+    /// `what` ("an etcd cluster").
+    #[allow(
+        dead_code,
+        reason = "made only by builds that lack an engine's feature (a build with every one \
+                  never does)"
+    )]
+    Missing {
+        feature: &'static str,
+        what: &'static str,
+    },
 }

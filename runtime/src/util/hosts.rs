@@ -109,6 +109,11 @@ pub(crate) fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// The scheme of `url` (`redis` of `redis://…`), if it has one.
+pub(crate) fn scheme_of(url: &str) -> Option<&str> {
+    url.split_once("://").map(|(scheme, _)| scheme)
+}
+
 /// `host[:port]` items of a typed constructor (`Backend::sentinel`, …), parsed: `setting` names
 /// the argument in errors (credentials belong in the URL form).
 pub(crate) fn host_list(

@@ -70,7 +70,7 @@ impl Connection {
         match tokio::time::timeout(self.timeouts.response, request(client)).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(err)) => Err(failed(err)),
-            Err(_) => Err(transient("etcd did not answer in time")),
+            Err(_) => Err(EngineFailure::ambiguous("etcd did not answer in time")),
         }
     }
 }
@@ -90,14 +90,6 @@ fn failed(err: etcd_client::Error) -> EngineFailure {
     EngineFailure {
         ambiguous: !refused_outright,
         source: Box::new(err),
-    }
-}
-
-/// A failure that may have reached the server, or that the next try may not meet.
-pub(crate) fn transient(err: impl std::fmt::Display) -> EngineFailure {
-    EngineFailure {
-        ambiguous: true,
-        source: err.to_string().into(),
     }
 }
 

@@ -31,16 +31,18 @@ mod txns;
 #[cfg(feature = "etcd")]
 mod url;
 
-use crate::engines::spec::Registration;
+use crate::engines::spec::{Parser, Registration};
 
 /// `etcd://`: parsed in builds with the `etcd` feature, named as missing in the others.
 pub(crate) const REGISTRATION: Registration = Registration {
     schemes: &["etcd"],
     forms: "etcd://host:port,…",
     #[cfg(feature = "etcd")]
-    parse: Some(|url| Ok(std::sync::Arc::new(url::EtcdSpec::parse(url)?))),
+    parser: Parser::Url(|url| Ok(std::sync::Arc::new(url::EtcdSpec::parse(url)?))),
     #[cfg(not(feature = "etcd"))]
-    parse: None,
+    parser: Parser::Missing {
+        feature: "etcd",
+        what: "an etcd cluster",
+    },
     list: None,
-    feature: Some(("etcd", "an etcd cluster")),
 };

@@ -2,7 +2,7 @@
 //! for locks (the queue engine answers who holds what).
 
 use super::store::EtcdStore;
-use crate::engines::engine::EngineResult;
+use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::operating::doctor::{Check, Finding};
 use crate::operating::key_events::{KeyEvent, KeyEventSender};
 use etcd_client::{EventType, WatchOptions};
@@ -21,10 +21,10 @@ impl EtcdStore {
             .watch_client()
             .watch(start.as_str(), Some(WatchOptions::new().with_prefix()))
             .await
-            .map_err(super::client::transient)?;
-        let created = stream.message().await.map_err(super::client::transient)?;
+            .map_err(EngineFailure::ambiguous)?;
+        let created = stream.message().await.map_err(EngineFailure::ambiguous)?;
         if !created.is_some_and(|reply| reply.created()) {
-            return Err(super::client::transient("etcd refused the watch"));
+            return Err(EngineFailure::ambiguous("etcd refused the watch"));
         }
         let server = self.connection.spec().describe();
         tokio::spawn(async move {

@@ -2,11 +2,11 @@
 //! each bound to a lease (`leases.rs`), joined, left and renewed by transactions (`txns.rs`),
 //! its deletions told by an etcd watch.
 
-use super::client::{self, Connection};
+use super::client::Connection;
 use super::leases::{self, Pool, Rounding};
 use super::txns::{key_of, Queue};
 use super::url::EtcdSpec;
-use crate::engines::engine::{EngineResult, Renewal};
+use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::Entry;
 use crate::engines::queue::store::{Deletion, Deletions, Presence, Read, Store};
 use crate::engines::settings::Timeouts;
@@ -208,10 +208,10 @@ impl Store for EtcdStore {
             .watch_client()
             .watch(queue.start.as_str(), Some(options))
             .await
-            .map_err(client::transient)?;
-        let created = stream.message().await.map_err(client::transient)?;
+            .map_err(EngineFailure::ambiguous)?;
+        let created = stream.message().await.map_err(EngineFailure::ambiguous)?;
         if !created.is_some_and(|reply| reply.created() && !reply.canceled()) {
-            return Err(client::transient("etcd refused the watch"));
+            return Err(EngineFailure::ambiguous("etcd refused the watch"));
         }
         // Each reply's deletions, until the stream breaks or etcd cancels the watch.
         let replies = futures_util::stream::unfold((stream, queue), |(mut stream, queue)| async {

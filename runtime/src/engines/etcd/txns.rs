@@ -37,7 +37,12 @@ impl Queue {
 
     /// `owner`'s entry.
     pub(crate) fn entry(&self, owner: &Owner) -> String {
-        format!("{}{}", self.start, owner.as_str())
+        self.entry_of(owner.as_str())
+    }
+
+    /// The entry of the owner token `owner`.
+    fn entry_of(&self, owner: &str) -> String {
+        format!("{}{owner}", self.start)
     }
 
     /// Reads the whole queue, oldest entry first.
@@ -103,7 +108,7 @@ impl Queue {
 
     /// Deletes `entry` if it is still the one read (created at the same revision).
     pub(crate) fn remove(&self, entry: &Entry<i64>) -> Txn {
-        let key = format!("{}{}", self.start, entry.owner);
+        let key = self.entry_of(&entry.owner);
         Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),

@@ -1,6 +1,6 @@
 //! The in-process backend (`memory://`): the lock scripts' transitions (`scripts.rs`, the Rust
-//! twin of `scripts/*.lua`) run on a keyspace in this process's memory (`keyspace.rs`), for
-//! demos and users' unit tests. Same values, same replies, same fencing tokens as one Redis;
+//! twin of `engines/redis/scripts/*.lua`) run on a keyspace in this process's memory
+//! (`keyspace.rs`), for demos and users' unit tests. Same values, same replies, same fencing tokens as one Redis;
 //! `tests/protocol.rs` checks them against a real server step by step.
 //!
 //! It is never a silent fallback: it is used only where `memory://` or [`Backend::in_process`]
@@ -239,11 +239,6 @@ impl Engine for InProcessEngine {
     }
 
     fn answers_at_once(&self) -> bool {
-        true
-    }
-
-    /// The scripts' writer intent lapses unless the waiting writer asks again.
-    fn writer_intent_lapses(&self) -> bool {
         true
     }
 

@@ -1,7 +1,8 @@
 //! The lock scripts' transitions, in Rust, on the in-process [`Keyspace`]: each function here is
-//! the `.lua` file of the same name (`scripts/`), step for step, reading and writing the same
-//! values (`protocol`) and answering the same replies. `tests/protocol.rs` drives both with the
-//! same random operations and compares them after every step.
+//! the `.lua` file of the same name (`engines/redis/scripts/`), step for step, reading and
+//! writing the same values (`engines/redis/protocol`) and answering the same replies.
+//! `tests/protocol.rs` drives both with the same random operations and compares them after
+//! every step.
 
 use super::keyspace::{Keyspace, Ttl};
 use crate::engines::engine::Asker;

@@ -61,10 +61,7 @@ impl Joining {
         });
         match join.await {
             Ok(answer) => answer,
-            Err(err) => Err(EngineFailure {
-                ambiguous: true,
-                source: format!("the join stopped: {err}").into(),
-            }),
+            Err(err) => Err(EngineFailure::ambiguous(format!("the join stopped: {err}"))),
         }
     }
 

@@ -57,9 +57,10 @@ impl<S: Store> QueueEngine<S> {
     ///
     /// # Cancel safety
     /// Not cancel safe.
-    /// Like a lost reply: the join runs to its end in a task of its own, and the caller's
-    /// background release of the entry waits for it (`joining.rs`); a single try's removal of
-    /// its entry, dropped, is that release's to do.
+    /// Like a lost reply: the join — the store's lease, if it asks for one, and its write —
+    /// runs to its end in a task of its own, and the caller's background release of the entry
+    /// waits for it (`joining.rs`); a single try's removal of its entry, dropped, is that
+    /// release's to do.
     async fn join(
         &self,
         key: &str,
@@ -78,10 +79,9 @@ impl<S: Store> QueueEngine<S> {
             .position(|entry| entry.owner == owner.as_str())
         else {
             // Written and gone within one step: impossible; read as a lost reply.
-            return Err(EngineFailure {
-                ambiguous: true,
-                source: "the queue entry just written was not read back".into(),
-            });
+            return Err(EngineFailure::ambiguous(
+                "the queue entry just written was not read back",
+            ));
         };
         if entries.iter().any(|entry| !same_family(kind, entry.kind)) {
             self.store.remove(key, &entries[place]).await?;
@@ -155,6 +155,7 @@ impl<S: Store> Engine for QueueEngine<S> {
     ) -> BoxFuture<'a, EngineResult<Vec<Option<Ownership>>>> {
         Box::pin(async move {
             let found = self.store.renew(batch).await?;
+            debug_assert_eq!(found.len(), batch.len(), "one answer per renewal");
             Ok(batch
                 .iter()
                 .zip(found)
@@ -169,6 +170,11 @@ impl<S: Store> Engine for QueueEngine<S> {
 
     fn watch<'a>(&'a self, key: &'a str) -> BoxFuture<'a, EngineResult<ReleaseWatch>> {
         Box::pin(self.watches.watch(key))
+    }
+
+    /// A waiting writer's entry holds new readers back for as long as it is in the queue.
+    fn writer_intent_lapses(&self) -> bool {
+        false
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {

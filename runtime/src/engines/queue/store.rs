@@ -17,16 +17,19 @@ use std::time::Duration;
 /// the order entries are written (etcd's creation revision, a database's sequence), and the
 /// number is the entry's place and its holder's fencing token.
 ///
-/// Every method is one request (or one transaction) to the store, atomic where it matters: a
-/// join writes and reads in one step, a removal checks what it removes.
+/// Each step that matters is atomic in the store: a join writes and reads the queue in one
+/// transaction (it may ask for a lease first), a leave or a removal checks what it deletes, and
+/// each entry of a renewal is renewed whole or not at all (a batch may take several
+/// transactions).
 ///
 /// # Cancel safety
 /// Not cancel safe: a request already sent may still take effect.
 /// As with [`Engine`](crate::engines::engine::Engine), a future dropped after its request left
 /// may still have its effect on the store, exactly like a lost reply, and the engine treats
 /// both alike: a join runs to its end in a task of its own and its entry is left in the
-/// background; a leave, renewal or removal is whole or not at all; a read, a time left and a
-/// watch still being opened leave nothing behind.
+/// background; a renewal dropped midway may have renewed part of its batch, which the watchdog
+/// counts as a failed renewal and asks again; a read, a time left and a watch still being
+/// opened leave nothing behind.
 pub(crate) trait Store: Send + Sync + 'static {
     /// What an entry's time is kept by, as the store reads it back (etcd: the lease's id; a
     /// store that reads the time left with the entry: that time).
@@ -111,9 +114,8 @@ pub(crate) enum Presence {
     Absent { held: bool },
 }
 
-/// One deletion in a watched queue: whose entry, and where in the store's order it happened.
-/// A deletion at a position after a read's happened after that read; a store that cannot
-/// order the two gives `u64::MAX`, which wakes the waiter every time (never too seldom).
+/// One deletion in a watched queue: whose entry, and where in the store's order it happened:
+/// a deletion at a position after a read's ([`Read::at`]) happened after that read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Deletion {
     pub(crate) owner: String,

@@ -467,11 +467,6 @@ impl Engine for ClusterEngine {
         })
     }
 
-    /// The scripts' writer intent lapses unless the waiting writer asks again.
-    fn writer_intent_lapses(&self) -> bool {
-        true
-    }
-
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
         Box::pin(async move { self.node.doctor().await })
     }

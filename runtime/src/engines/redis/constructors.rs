@@ -35,7 +35,8 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        BackendBuilder::new(sentinel(strings(sentinels), master_name))
+        let spec = sentinel(strings(sentinels), master_name);
+        BackendBuilder::new(spec.map(|spec| Arc::new(spec) as Arc<dyn EngineSpec>))
     }
 
     /// A builder for a Redis Cluster, from seed nodes (one reachable is enough; the others are
@@ -54,7 +55,8 @@ impl Backend {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        BackendBuilder::new(cluster(strings(nodes)))
+        let spec = cluster(strings(nodes));
+        BackendBuilder::new(spec.map(|spec| Arc::new(spec) as Arc<dyn EngineSpec>))
     }
 
     /// A builder for Redlock over independent Redis masters, each a full `redis://` or
@@ -87,14 +89,14 @@ impl Backend {
 
 /// The primary `master_name` names, found by asking `sentinels` (`host[:port]`, port 26379 by
 /// default).
-fn sentinel(sentinels: Vec<String>, master_name: &str) -> Result<Arc<dyn EngineSpec>, LockError> {
+fn sentinel(sentinels: Vec<String>, master_name: &str) -> Result<SentinelSpec, LockError> {
     if master_name.is_empty() {
         return Err(LockError::invalid_config(
             "master_name",
             "is empty; give the name the sentinels monitor the primary under",
         ));
     }
-    Ok(Arc::new(SentinelSpec {
+    Ok(SentinelSpec {
         sentinels: host_list("sentinels", &sentinels, SENTINEL_PORT)?,
         master_name: master_name.to_owned(),
         db: 0,
@@ -102,16 +104,16 @@ fn sentinel(sentinels: Vec<String>, master_name: &str) -> Result<Arc<dyn EngineS
         password: None,
         sentinel_username: None,
         sentinel_password: None,
-    }))
+    })
 }
 
 /// A cluster found from `nodes` (`host[:port]`, port 6379 by default).
-fn cluster(nodes: Vec<String>) -> Result<Arc<dyn EngineSpec>, LockError> {
-    Ok(Arc::new(ClusterSpec {
+fn cluster(nodes: Vec<String>) -> Result<ClusterSpec, LockError> {
+    Ok(ClusterSpec {
         seeds: host_list("nodes", &nodes, NODE_PORT)?,
         username: None,
         password: None,
-    }))
+    })
 }
 
 #[cfg(test)]
@@ -120,26 +122,28 @@ mod tests {
 
     #[test]
     fn typed_constructors_build_the_spec_a_url_would() {
-        let typed = sentinel(vec!["10.0.0.1".into(), "[::1]:26380".into()], "orders/eu").unwrap();
-        let url = SentinelSpec::parse("redis-sentinel://10.0.0.1,[::1]:26380/orders%2Feu").unwrap();
-        assert_eq!(format!("{typed:?}"), format!("{url:?}"));
-        let typed = cluster(vec!["a:7000".into(), "b".into()]).unwrap();
-        let url = ClusterSpec::parse("redis-cluster://a:7000,b").unwrap();
-        assert_eq!(format!("{typed:?}"), format!("{url:?}"));
+        let typed = sentinel(vec!["10.0.0.1".into(), "[::1]:26380".into()], "orders/eu");
+        let url = SentinelSpec::parse("redis-sentinel://10.0.0.1,[::1]:26380/orders%2Feu");
+        assert_eq!(typed.unwrap(), url.unwrap());
+        let typed = cluster(vec!["a:7000".into(), "b".into()]);
+        assert_eq!(
+            typed.unwrap(),
+            ClusterSpec::parse("redis-cluster://a:7000,b").unwrap()
+        );
     }
 
     #[test]
     fn typed_constructors_name_what_is_wrong() {
-        let err = |spec: Result<Arc<dyn EngineSpec>, LockError>| spec.unwrap_err().to_string();
-        assert!(err(sentinel(vec![], "m")).contains("sentinels is empty"));
-        assert!(err(sentinel(vec!["h".into()], "")).contains("master_name is empty"));
-        let credentials = err(cluster(vec!["u:hunter2@h:1".into()]));
+        let err = |problem: LockError| problem.to_string();
+        assert!(err(sentinel(vec![], "m").unwrap_err()).contains("sentinels is empty"));
+        assert!(err(sentinel(vec!["h".into()], "").unwrap_err()).contains("master_name is empty"));
+        let credentials = err(cluster(vec!["u:hunter2@h:1".into()]).unwrap_err());
         assert!(
             credentials.contains("credentials go in the URL form"),
             "{credentials}"
         );
         assert!(!credentials.contains("hunter2"), "{credentials}");
-        assert!(err(cluster(vec!["h:port".into()])).contains("as a port"));
+        assert!(err(cluster(vec!["h:port".into()]).unwrap_err()).contains("as a port"));
         let two = RedlockSpec::new(vec!["redis://a".into(), "redis://b".into()]);
         let two = two.unwrap_err().to_string();
         assert!(two.contains("needs at least 3"), "{two}");

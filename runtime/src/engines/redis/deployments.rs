@@ -10,25 +10,30 @@ use super::sentinel::SentinelSpec;
 use super::single::{RedisConfig, RedisEngine, RedisTarget};
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{only_redlock, EngineSpec, Optional, Registration};
+use crate::engines::spec::{only_redlock, EngineSpec, Optional, Parser, Registration};
 use crate::error::LockError;
 #[cfg(distlock_test_hooks)]
 use crate::hooks::Probe;
 use crate::lock::policy::handover_grant;
+use crate::util::hosts::scheme_of;
 use crate::util::redact::redact_url;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One server's URL (also what each Redlock master must be).
-pub(crate) const SERVER: Registration = Registration::url(
-    &["redis", "rediss", "unix", "redis+unix"],
-    "redis://host:port, rediss://host:port, unix:///path/to/socket",
-    |url| {
+/// One server's URL; several, comma-separated, are Redlock over them.
+pub(crate) const SERVER: Registration = Registration {
+    schemes: &["redis", "rediss", "unix", "redis+unix"],
+    forms: "redis://host:port, rediss://host:port, unix:///path/to/socket",
+    parser: Parser::Url(|url| {
         Ok(Arc::new(ServerSpec {
             url: url.to_owned(),
         }))
-    },
-);
+    }),
+    list: Some((
+        |masters| Ok(Arc::new(RedlockSpec::new(masters)?)),
+        "three or more comma-separated redis:// URLs for Redlock",
+    )),
+};
 
 /// The primary a Sentinel group names.
 pub(crate) const SENTINEL: Registration = Registration::url(
@@ -42,15 +47,6 @@ pub(crate) const CLUSTER: Registration =
     Registration::url(&["redis-cluster"], "redis-cluster://host:port,…", |url| {
         Ok(Arc::new(ClusterSpec::parse(url)?))
     });
-
-/// Redlock: a list of server URLs, never one URL.
-pub(crate) const REDLOCK: Registration = Registration {
-    schemes: &[],
-    forms: "or three or more comma-separated redis:// URLs for Redlock",
-    parse: None,
-    list: Some(|masters| Ok(Arc::new(RedlockSpec::new(masters)?))),
-    feature: None,
-};
 
 /// One server, or a primary behind a stable address.
 #[derive(Debug)]
@@ -79,10 +75,8 @@ impl RedlockSpec {
                 ),
             ));
         }
-        let scheme = |url: &String| url.split_once("://").map(|(scheme, _)| scheme.to_owned());
-        let not_a_server = |url: &&String| {
-            !scheme(url).is_some_and(|scheme| SERVER.schemes.contains(&scheme.as_str()))
-        };
+        let not_a_server =
+            |url: &&String| !scheme_of(url).is_some_and(|scheme| SERVER.schemes.contains(&scheme));
         if let Some(bad) = masters.iter().find(not_a_server) {
             return Err(LockError::invalid_config(
                 "url",

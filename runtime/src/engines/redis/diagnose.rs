@@ -112,17 +112,17 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
     None
 }
 
-/// What to do about `what` (a key, or "a key under the prefix …") holding a value distlock did
-/// not write: the acquire script's answer for a foreign string, and the advice on WRONGTYPE.
 /// A script found `lock` holding a value distlock did not write: refused, not ambiguous (the
 /// script changed nothing).
-pub(crate) fn foreign_key(lock: &str) -> crate::engines::engine::EngineFailure {
-    crate::engines::engine::EngineFailure {
+pub(crate) fn foreign_key(lock: &str) -> EngineFailure {
+    EngineFailure {
         ambiguous: false,
         source: foreign_value(&format!("the key {lock}")).into(),
     }
 }
 
+/// What to do about `what` (a key, or "a key under the prefix …") holding a value distlock did
+/// not write: the acquire script's answer for a foreign string, and the advice on WRONGTYPE.
 pub(crate) fn foreign_value(what: &str) -> String {
     format!(
         "{what} holds a value distlock did not write (another program uses these names, or a \

@@ -1,7 +1,8 @@
 //! Resource-side fencing: the check that makes a lock exact rather than approximately exclusive.
 
-use crate::engines::redis::node::{Node, Timeouts};
+use crate::engines::redis::node::Node;
 use crate::engines::redis::scripts::FENCED_SET;
+use crate::engines::settings::Timeouts;
 use crate::engines::settings::TlsFiles;
 use crate::error::Operation;
 use crate::error::{BackendError, LockError};

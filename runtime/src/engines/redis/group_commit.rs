@@ -116,10 +116,9 @@ impl<B: Batched> GroupCommit<B> {
             Route::Queued(answer) => answer,
         };
         answer.await.unwrap_or_else(|_| {
-            Err(EngineFailure {
-                ambiguous: true,
-                source: "the batch carrying this request ended with its runtime".into(),
-            })
+            Err(EngineFailure::ambiguous(
+                "the batch carrying this request ended with its runtime",
+            ))
         })
     }
 
@@ -262,10 +261,7 @@ fn fail_all<B: Batched>(
 }
 
 fn unexpected_length(got: usize, sent: usize) -> EngineFailure {
-    EngineFailure {
-        ambiguous: true,
-        source: format!("a batched script answered {got} items of {sent}").into(),
-    }
+    EngineFailure::ambiguous(format!("a batched script answered {got} items of {sent}"))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

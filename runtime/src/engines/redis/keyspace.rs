@@ -107,8 +107,8 @@ async fn subscribe(
     }
 }
 
-/// Checks (with [`Notifications::Enable`]: sets) `notify-keyspace-events` on the server `source` names, then
-/// subscribes to `lock`'s keyspace channel on a connection of its own.
+/// Checks (with [`Notifications::Enable`]: sets) `notify-keyspace-events` on the server
+/// `source` names, then subscribes to `lock`'s keyspace channel on a connection of its own.
 ///
 /// # Cancel safety
 /// Cancel safe.

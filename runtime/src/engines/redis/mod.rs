@@ -1,6 +1,9 @@
-//! Redis-based engines and what they share: a [`node::Node`] per server (connection, scripts by
-//! SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per server, TLS settings, and
-//! errors with advice.
+//! Everything Redis: its four deployments (`deployments.rs`: one server or a primary behind
+//! Sentinel, `single.rs` and `sentinel.rs`; a Cluster, `cluster.rs`; Redlock, `redlock/`), the
+//! Lua scripts (`scripts/`) and the protocol they speak (`protocol/`), a [`node::Node`] per server
+//! (connection, scripts by SHA, typed lock scripts), a pub/sub [`pubsub::Subscriber`] per
+//! server, the doctor's judgement (`doctor.rs`), errors with advice (`diagnose.rs`), and what
+//! only Redis users get: the ACL rules (`acl.rs`) and `FencedStore` (`fenced.rs`).
 
 pub(crate) mod acl;
 pub(crate) mod alive;

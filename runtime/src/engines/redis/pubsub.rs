@@ -12,8 +12,9 @@
 //! every waiter re-checks and the next subscription goes to the new one.
 
 use super::diagnose;
-use super::node::{Node, Timeouts};
+use super::node::Node;
 use crate::engines::engine::{EngineFailure, EngineResult};
+use crate::engines::settings::Timeouts;
 use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
 use futures_util::StreamExt;

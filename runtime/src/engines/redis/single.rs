@@ -10,15 +10,13 @@ use super::batches::{AcquireBatch, ReleaseBatch};
 use super::group_commit::GroupCommit;
 use super::handover_channel::HandoverChannel;
 use super::keyspace;
-use super::node::{
-    settle_release, settle_transfer, LockCall, Node, ReleaseCall, ReplicaAck, Timeouts,
-};
+use super::node::{settle_release, settle_transfer, LockCall, Node, ReleaseCall, ReplicaAck};
 use super::pubsub::Subscriber;
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
 };
-use crate::engines::settings::TlsFiles;
+use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::lock::key::{lock_name, KeyNames};
@@ -246,11 +244,6 @@ impl Engine for RedisEngine {
             self.subscriber.subscribe_and_confirm(&channel).await?;
             Ok(watch)
         })
-    }
-
-    /// The scripts' writer intent lapses unless the waiting writer asks again.
-    fn writer_intent_lapses(&self) -> bool {
-        true
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {

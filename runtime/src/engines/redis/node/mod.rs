@@ -24,7 +24,7 @@ use super::tls;
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::redis::protocol::millis;
 use crate::engines::redis::scripts::LuaScript;
-pub(crate) use crate::engines::settings::Timeouts;
+use crate::engines::settings::Timeouts;
 use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};

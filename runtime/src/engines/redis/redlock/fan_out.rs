@@ -57,11 +57,9 @@ where
             }
             () = &mut deadline => {
                 for answer in answers.iter_mut().filter(|answer| answer.is_none()) {
-                    *answer = Some(Err(EngineFailure {
-                        ambiguous: true,
-                        source: format!("no answer within the per-master timeout of {timeout:?}")
-                            .into(),
-                    }));
+                    *answer = Some(Err(EngineFailure::ambiguous(format!(
+                        "no answer within the per-master timeout of {timeout:?}"
+                    ))));
                 }
                 break;
             }

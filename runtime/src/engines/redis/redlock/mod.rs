@@ -46,10 +46,10 @@ use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
 use crate::engines::redis::node::{
-    report_refused_publish, Node, Place, ReleaseReply, Timeouts, RESERVATION_WINDOW,
+    report_refused_publish, Node, Place, ReleaseReply, RESERVATION_WINDOW,
 };
 use crate::engines::redis::pubsub::Subscriber;
-use crate::engines::settings::TlsFiles;
+use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::error::LockError;
 use crate::hooks::SharedHooks;
 use crate::lock::key::KeyNames;
@@ -978,11 +978,6 @@ impl Engine for RedlockEngine {
         Box::pin(async move {
             futures_util::future::join_all(links).await;
         })
-    }
-
-    /// The scripts' writer intent lapses unless the waiting writer asks again.
-    fn writer_intent_lapses(&self) -> bool {
-        true
     }
 
     fn doctor(&self) -> BoxFuture<'_, EngineResult<Vec<Finding>>> {
