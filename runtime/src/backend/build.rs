@@ -10,6 +10,9 @@ use crate::hooks::SharedHooks;
 use crate::operating::label::{check_label, default_label};
 use std::time::Duration;
 
+/// The schema of a database engine's tables unless [`BackendBuilder::schema`] says otherwise.
+const DEFAULT_SCHEMA: &str = "distlock";
+
 impl BackendBuilder {
     /// Checks every setting and builds the backend. Connections open lazily, on first use.
     ///
@@ -59,6 +62,8 @@ impl BackendBuilder {
             watchdog_lease: self.watchdog_lease,
             max_backoff: self.max_backoff,
             hooks: &hooks,
+            schema: self.schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
+            create_schema: self.create_schema,
         })?;
         Ok(Backend::assemble(
             engine,
@@ -141,6 +146,18 @@ impl BackendBuilder {
                 return Err(LockError::invalid_config(
                     "min_replicas",
                     format!("is {} for {why}", replicas.count),
+                ));
+            }
+        }
+        if self.schema.is_some() || self.create_schema {
+            if let Some(why) = refused(Optional::Schema) {
+                let setting = match self.schema.is_some() {
+                    true => "schema",
+                    false => "create_schema",
+                };
+                return Err(LockError::invalid_config(
+                    setting,
+                    format!("is set for {why}"),
                 ));
             }
         }

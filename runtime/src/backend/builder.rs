@@ -71,6 +71,10 @@ pub struct BackendBuilder {
     pub(super) replica_timeout: Option<Duration>,
     /// `None` until set: `hostname:pid`.
     pub(super) holder_label: Option<String>,
+    /// A database's schema for the lock tables; `None` until set (`distlock`).
+    pub(super) schema: Option<String>,
+    /// Whether a database engine creates its schema when it is missing.
+    pub(super) create_schema: bool,
     pub(super) tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
     pub(super) tls_error: Option<(&'static str, String)>,
@@ -98,6 +102,8 @@ impl std::fmt::Debug for BackendBuilder {
             .field("min_replicas", &self.min_replicas)
             .field("replica_timeout", &self.replica_timeout)
             .field("holder_label", &self.holder_label)
+            .field("schema", &self.schema)
+            .field("create_schema", &self.create_schema)
             .field("tls", &self.tls)
             .finish()
     }
@@ -126,6 +132,8 @@ impl BackendBuilder {
             min_replicas: 0,
             replica_timeout: None,
             holder_label: None,
+            schema: None,
+            create_schema: false,
             tls: TlsFiles::default(),
             tls_error: None,
         }
@@ -271,6 +279,25 @@ impl BackendBuilder {
     /// ```
     pub fn holder_label(mut self, label: impl Into<String>) -> Self {
         self.holder_label = Some(label.into());
+        self
+    }
+
+    /// A database's schema that holds the lock tables (PostgreSQL, feature `postgres`): a
+    /// lowercase SQL identifier (letters, digits and `_`, at most 63 bytes). Default
+    /// `distlock`. Setting it for a deployment that is not a database is an error.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Whether a database engine creates its schema (`CREATE SCHEMA`, the table, the sequence
+    /// and the functions: what `distlock schema postgres` prints) at its first use when it is
+    /// missing. Default `false`: a missing schema is an error that names what to run, so that
+    /// the application's own migrations stay in charge; the user needs `CREATE` on the
+    /// database when this is on. Setting it for a deployment that is not a database is an
+    /// error.
+    pub fn create_schema(mut self, create: bool) -> Self {
+        self.create_schema = create;
         self
     }
 

@@ -63,6 +63,7 @@ pub(crate) fn backend_from_env() -> Result<Option<Backend>, LockError> {
         }
     }
     builder = label_and_tls_from_env(builder)?;
+    builder = schema_from_env(builder)?;
     builder.build().map(Some).map_err(|err| match err {
         LockError::InvalidConfig { setting, problem } => {
             LockError::invalid_config(variable_of(setting), problem)
@@ -79,6 +80,8 @@ fn variable_of(setting: String) -> String {
         "tls_client_auth_files" => return format!("{}/{}", env::TLS_CERT_FILE, env::TLS_KEY_FILE),
         "min_replicas" => env::MIN_REPLICAS,
         "holder_label" => env::HOLDER_LABEL,
+        "schema" => env::SCHEMA,
+        "create_schema" => env::CREATE_SCHEMA,
         "clock_drift_factor" => env::CLOCK_DRIFT_FACTOR,
         "renew_batch" => env::RENEW_BATCH,
         "max_key_len" => env::MAX_KEY_LEN,
@@ -147,6 +150,27 @@ fn label_and_tls_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder,
                 "must be set together (a client certificate needs its private key)",
             ))
         }
+    }
+    Ok(builder)
+}
+
+/// `DISTLOCK_SCHEMA` and `DISTLOCK_CREATE_SCHEMA`.
+fn schema_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder, LockError> {
+    if let Some(schema) = var(env::SCHEMA)? {
+        builder = builder.schema(schema);
+    }
+    if let Some(text) = var(env::CREATE_SCHEMA)? {
+        let create = match text.to_ascii_lowercase().as_str() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => {
+                return Err(LockError::invalid_config(
+                    env::CREATE_SCHEMA,
+                    format!("is `{text}`; it must be `true` or `false`"),
+                ))
+            }
+        };
+        builder = builder.create_schema(create);
     }
     Ok(builder)
 }

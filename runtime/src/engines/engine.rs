@@ -216,10 +216,13 @@ pub enum Deployment {
     Redlock,
     /// An etcd cluster (`etcd://`, feature `etcd`).
     Etcd,
+    /// A PostgreSQL database (`postgres://`, feature `postgres`).
+    Postgres,
 }
 
 impl Deployment {
-    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock` or `etcd`.
+    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock`, `etcd` or
+    /// `postgres`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Deployment::InProcess => "in-process",
@@ -228,6 +231,7 @@ impl Deployment {
             Deployment::Cluster => "cluster",
             Deployment::Redlock => "redlock",
             Deployment::Etcd => "etcd",
+            Deployment::Postgres => "postgres",
         }
     }
 }
@@ -386,6 +390,13 @@ pub(crate) trait Engine: Send + Sync + 'static {
     /// server lets it ask (`ACL DRYRUN`); an `unchecked` finding where it does not.
     fn rights(&self) -> BoxFuture<'_, Vec<Finding>> {
         Box::pin(async { Vec::new() })
+    }
+
+    /// The SQL schema of a database engine's lock tables (`None`: not a database), which a
+    /// fenced write in the application's own transaction reads.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    fn sql_schema(&self) -> Option<&str> {
+        None
     }
 
     /// Closes the release-notification links (the backend shut down): their connections end.

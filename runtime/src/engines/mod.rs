@@ -1,6 +1,7 @@
 //! The lock engines, each a directory that registers its deployments: the in-process map
-//! (`in_process/`), Redis — one server, Sentinel, Cluster and Redlock (`redis/`) — and etcd
-//! (`etcd/`, feature `etcd`). `engine.rs` is the boundary every engine implements, `spec.rs` what
+//! (`in_process/`), Redis — one server, Sentinel, Cluster and Redlock (`redis/`) — etcd
+//! (`etcd/`, feature `etcd`) and PostgreSQL (`postgres/`, feature `postgres`), the last two
+//! stores of the queue engine (`queue/`). `engine.rs` is the boundary every engine implements, `spec.rs` what
 //! a deployment tells the builder, `settings.rs` what an engine is made with.
 //!
 //! [`DEPLOYMENTS`] is the one list of URL schemes: [`from_url`] reads a URL with it, and the
@@ -9,7 +10,8 @@
 pub(crate) mod engine;
 pub(crate) mod etcd;
 pub(crate) mod in_process;
-#[cfg(feature = "etcd")]
+pub(crate) mod postgres;
+#[cfg(any(feature = "etcd", feature = "postgres"))]
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod settings;
@@ -22,11 +24,12 @@ use spec::{EngineSpec, Parser, Registration};
 use std::sync::Arc;
 
 /// Every deployment a URL can name, in the order the error for an unknown URL lists them.
-const DEPLOYMENTS: [&Registration; 5] = [
+const DEPLOYMENTS: [&Registration; 6] = [
     &redis::deployments::SERVER,
     &redis::deployments::SENTINEL,
     &redis::deployments::CLUSTER,
     &etcd::REGISTRATION,
+    &postgres::REGISTRATION,
     &in_process::REGISTRATION,
 ];
 
@@ -121,13 +124,13 @@ mod tests {
             deployment("redis://a:1,rediss://b:2,redis://c:3"),
             Ok(Deployment::Redlock)
         );
-        let unknown = deployment("postgres://db/locks").unwrap_err();
+        let unknown = deployment("mongodb://db/locks").unwrap_err();
         assert!(
             unknown.ends_with(
                 "expected redis://host:port, rediss://host:port, unix:///path/to/socket, \
                  redis-sentinel://host:port,…/MASTER_NAME, redis-cluster://host:port,…, \
-                 etcd://host:port,…, memory://, or three or more comma-separated redis:// URLs \
-                 for Redlock"
+                 etcd://host:port,…, postgres://user@host:port/database, memory://, or three \
+                 or more comma-separated redis:// URLs for Redlock"
             ),
             "{unknown}"
         );

@@ -38,6 +38,8 @@ pub(crate) enum Optional {
     MinReplicas,
     /// Redlock's per-master timeout (`master_timeout`).
     MasterTimeout,
+    /// A database's schema (`schema`, `create_schema`).
+    Schema,
 }
 
 /// Why `master_timeout` does not apply to `spec`, which is not Redlock.
@@ -45,6 +47,15 @@ pub(crate) fn only_redlock(spec: &dyn EngineSpec) -> String {
     format!(
         "`{}` is one deployment, not Redlock; it applies to Redlock, over three or more \
          comma-separated master URLs",
+        spec.describe()
+    )
+}
+
+/// Why a schema does not apply to `spec`, which is not a database.
+pub(crate) fn not_a_database(spec: &dyn EngineSpec) -> String {
+    format!(
+        "`{}`, which is not a database; a schema names where a database keeps the lock tables \
+         (postgres://)",
         spec.describe()
     )
 }

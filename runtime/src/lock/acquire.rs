@@ -320,7 +320,9 @@ impl Request<'_> {
         // An unconfirmed subscription (the server did not answer) is retried once
         // per backoff period, never in a tight loop.
         state.subscribed_since_last_wait = false;
-        let delay = self.wait_time(attempt, state, &busy, remaining);
+        let watch = attempt.watch_slot().as_ref().expect("subscribed above");
+        let confirmed = watch.is_confirmed();
+        let delay = self.wait_time(attempt, state, &busy, remaining, confirmed);
         let watch = attempt.watch_slot().as_mut().expect("subscribed above");
         tokio::select! {
             () = watch.released() => {}
@@ -386,6 +388,7 @@ impl Request<'_> {
         state: &mut Contention,
         busy: &Busy,
         remaining: Option<Duration>,
+        confirmed: bool,
     ) -> Duration {
         let (backoff, _) = state.waiting.as_mut().expect("made before the first wait");
         // A lock left to the waiters a release notified is theirs until the
@@ -395,8 +398,11 @@ impl Request<'_> {
         let delay = match (busy.reserved, busy.holder_ttl, attempt.next) {
             (true, Some(left), _) => remaining.map_or(left, |budget| left.min(budget)),
             // Queued: the release's message (or notification) is what wakes it; it
-            // asks again only to keep its place, or when the lock may be free.
-            (false, _, Some((_, grant))) => keep_place(grant, busy.holder_ttl, remaining),
+            // asks again only to keep its place, or when the lock may be free. Without
+            // notifications in force (a server that cannot send them now) it polls.
+            (false, _, Some((_, grant))) if confirmed => {
+                keep_place(grant, busy.holder_ttl, remaining)
+            }
             _ => backoff.next_delay(remaining, busy.holder_ttl),
         };
         // A waiting writer renews its intent (new readers queue behind it) at each

@@ -40,6 +40,17 @@ impl Frame {
         std::iter::successors(Some(&**self), |frame| frame.parent.as_deref())
     }
 
+    /// Every lock of this call and of the calls around it, with its backend.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn held(self: &Arc<Self>) -> impl Iterator<Item = (&Backend, &Arc<HeldLease>)> {
+        self.chain().flat_map(|frame| {
+            frame
+                .leases
+                .iter()
+                .map(move |lease| (&frame.backend, lease))
+        })
+    }
+
     /// How this task already holds `key` on `backend` (the outermost hold), if it does.
     pub(crate) fn held_as(self: &Arc<Self>, backend: &Backend, key: &str) -> Option<LockKind> {
         self.chain()

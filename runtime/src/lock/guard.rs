@@ -64,8 +64,14 @@ impl LockGuard {
         self.holding.complete();
     }
 
-    fn leases(&self) -> impl Iterator<Item = &Arc<HeldLease>> {
+    pub(crate) fn leases(&self) -> impl Iterator<Item = &Arc<HeldLease>> {
         self.held.iter().map(|held| &held.lease)
+    }
+
+    /// The backend the locks are on.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// The fencing token of the first key (in canonical order).

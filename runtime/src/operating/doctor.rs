@@ -44,11 +44,14 @@ pub enum Check {
     Unreachable,
     /// The etcd member answering has no leader.
     Leader,
+    /// The database server answering is a standby (read-only).
+    Standby,
 }
 
 impl Check {
     /// Its stable name: `eviction`, `persistence`, `replica-lag`, `replicas`, `version`, `acl`,
-    /// `unchecked`, `unreachable` or `leader` (what the CLI prints and its JSON holds).
+    /// `unchecked`, `unreachable`, `leader` or `standby` (what the CLI prints and its JSON
+    /// holds).
     pub const fn as_str(self) -> &'static str {
         match self {
             Check::Eviction => "eviction",
@@ -60,6 +63,7 @@ impl Check {
             Check::Unchecked => "unchecked",
             Check::Unreachable => "unreachable",
             Check::Leader => "leader",
+            Check::Standby => "standby",
         }
     }
 }

@@ -19,6 +19,9 @@
 //! * [`EtcdCluster`] runs an etcd cluster (`etcd` members with their own
 //!   ports and data dirs), tells which member leads, and kills, pauses or
 //!   restarts members by PID.
+//! * [`PgServer`] runs a PostgreSQL cluster of its own (`initdb`, `postgres` on a free port,
+//!   as the `postgres` user when the harness is root), with streaming standbys
+//!   ([`PgServer::standby_of`]) and [`PgBouncer`] in front where a test needs one.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -53,6 +56,7 @@ mod etcd;
 mod events;
 mod listener;
 mod ports;
+mod postgres;
 mod process;
 mod proxy;
 mod resp;
@@ -67,6 +71,7 @@ pub use etcd::{EtcdCluster, ETCDCTL_ENV, ETCD_ENV};
 pub use events::{wait_until, Wake};
 pub use listener::ChannelListener;
 pub use ports::{free_cluster_port, free_port};
+pub use postgres::{PgBouncer, PgServer, PoolMode, PGBOUNCER_ENV, PG_BINDIR_ENV};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
 pub use rng::Xorshift;

@@ -6,7 +6,7 @@ use super::url::EtcdSpec;
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::queue::QueueEngine;
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{only_redlock, EngineSpec, Optional};
+use crate::engines::spec::{not_a_database, only_redlock, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
 
@@ -28,6 +28,7 @@ impl EngineSpec for EtcdSpec {
                                       of its members before they are answered; set it to 0"
                 .into(),
             Optional::MasterTimeout => only_redlock(self),
+            Optional::Schema => not_a_database(self),
         })
     }
 

@@ -3,7 +3,7 @@
 use super::InProcessEngine;
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{only_redlock, EngineSpec, Optional, Registration};
+use crate::engines::spec::{not_a_database, only_redlock, EngineSpec, Optional, Registration};
 use crate::error::LockError;
 #[cfg(distlock_test_hooks)]
 use crate::hooks::Probe;
@@ -49,6 +49,7 @@ impl EngineSpec for InProcessSpec {
                 "the in-process backend (memory://), which has no replicas; set it to 0".into()
             }
             Optional::MasterTimeout => only_redlock(self),
+            Optional::Schema => not_a_database(self),
         })
     }
 

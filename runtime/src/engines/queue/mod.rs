@@ -181,8 +181,15 @@ impl<S: Store> Engine for QueueEngine<S> {
         Box::pin(self.store.doctor())
     }
 
+    fn sql_schema(&self) -> Option<&str> {
+        self.store.sql_schema()
+    }
+
     fn close_links(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async { self.watches.close() })
+        Box::pin(async {
+            self.watches.close();
+            self.store.close();
+        })
     }
 
     fn list<'a>(&'a self, pattern: &'a str) -> BoxFuture<'a, EngineResult<Vec<String>>> {

@@ -95,6 +95,14 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// The store's settings and state that weaken locks.
     fn doctor(&self) -> impl Future<Output = EngineResult<Vec<Finding>>> + Send;
+
+    /// Ends the store's notification links (the backend shut down).
+    fn close(&self) {}
+
+    /// The SQL schema of a database's lock tables (`None`: not a database).
+    fn sql_schema(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A queue as a join read it, and where in the store's order the read happened.

@@ -10,7 +10,9 @@ use super::sentinel::SentinelSpec;
 use super::single::{RedisConfig, RedisEngine, RedisTarget};
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{only_redlock, EngineSpec, Optional, Parser, Registration};
+use crate::engines::spec::{
+    not_a_database, only_redlock, EngineSpec, Optional, Parser, Registration,
+};
 use crate::error::LockError;
 #[cfg(distlock_test_hooks)]
 use crate::hooks::Probe;
@@ -157,6 +159,7 @@ impl EngineSpec for ServerSpec {
         match setting {
             Optional::Tls | Optional::MinReplicas => None,
             Optional::MasterTimeout => Some(only_redlock(self)),
+            Optional::Schema => Some(not_a_database(self)),
         }
     }
 
@@ -184,6 +187,7 @@ impl EngineSpec for SentinelSpec {
             ),
             Optional::MinReplicas => None,
             Optional::MasterTimeout => Some(only_redlock(self)),
+            Optional::Schema => Some(not_a_database(self)),
         }
     }
 
@@ -210,6 +214,7 @@ impl EngineSpec for ClusterSpec {
                                       supported there yet. Set it to 0"
                 .into(),
             Optional::MasterTimeout => only_redlock(self),
+            Optional::Schema => not_a_database(self),
         })
     }
 
@@ -253,6 +258,7 @@ impl EngineSpec for RedlockSpec {
     fn refuses(&self, setting: Optional) -> Option<String> {
         match setting {
             Optional::Tls | Optional::MasterTimeout => None,
+            Optional::Schema => Some(not_a_database(self)),
             Optional::MinReplicas => Some(
                 "Redlock; its masters are independent servers, each a vote, and replica \
                  acknowledgement applies to one primary with replicas (redis:// or \

@@ -1,0 +1,123 @@
+//! The SQL of the PostgreSQL store, for one schema: the schema itself (what `distlock schema
+//! postgres` prints, for the application's migrations) and the statements the store sends.
+//!
+//! A lock's queue is the rows of `entries` with its key, ordered by `token`, which a sequence
+//! hands out: the number is the entry's place and its holder's fencing token. Lease time is the
+//! database's clock (`clock_timestamp()`): an entry lives until its `expires_at`. A join takes
+//! the key's row in `locks` first (row-locked), so the joins of one key run one after another and a later one never takes a smaller token than an earlier
+//! one that committed; entries whose time ran out are deleted there, before anything is
+//! decided. Every change is told on a channel named after the schema (`NOTIFY`): `j`, `r`, `d`
+//! (joined, renewed, deleted), the key, the owner, and the changing transaction's id.
+
+use crate::error::LockError;
+
+/// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`).
+const MAX_IDENTIFIER: usize = 63;
+
+/// The statements of one schema, built once.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) schema: String,
+    pub(crate) join: String,
+    pub(crate) leave: String,
+    pub(crate) renew: String,
+    pub(crate) read: String,
+    pub(crate) remove: String,
+    pub(crate) keys: String,
+    pub(crate) fence: String,
+}
+
+/// Checks that `schema` is a lowercase SQL identifier, which needs no quoting anywhere (a
+/// channel name included).
+pub(crate) fn check_schema(schema: &str) -> Result<(), LockError> {
+    let first_ok = schema
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = schema
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    match first_ok && rest_ok && schema.len() <= MAX_IDENTIFIER {
+        true => Ok(()),
+        false => Err(LockError::invalid_config(
+            "schema",
+            format!(
+                "is `{}`; it must be a lowercase SQL identifier: letters, digits and `_`, not \
+                 starting with a digit, at most {MAX_IDENTIFIER} bytes",
+                schema.escape_debug()
+            ),
+        )),
+    }
+}
+
+impl Statements {
+    /// The statements of `schema`, which [`check_schema`] accepted.
+    pub(crate) fn of(schema: &str) -> Statements {
+        let s = schema;
+        Statements {
+            schema: s.to_owned(),
+            join: format!("SELECT * FROM {s}.join($1, $2, $3, $4, $5)"),
+            leave: format!("SELECT {s}.leave($1, $2)"),
+            renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
+            read: format!(
+                "SELECT owner, token, kind, label, \
+                 (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint \
+                 FROM {s}.entries WHERE key = $1 AND expires_at > clock_timestamp() \
+                 ORDER BY token"
+            ),
+            remove: format!("SELECT {s}.remove($1, $2, $3)"),
+            keys: format!(
+                "SELECT DISTINCT key FROM {s}.entries \
+                 WHERE starts_with(key, $1) AND expires_at > clock_timestamp()"
+            ),
+            fence: format!(
+                "SELECT e.key FROM {s}.entries e \
+                 JOIN unnest($1::text[], $2::text[], $3::bigint[]) AS held(key, owner, token) \
+                 ON e.key = held.key AND e.owner = held.owner AND e.token = held.token \
+                 WHERE e.expires_at > clock_timestamp() \
+                 FOR KEY SHARE OF e"
+            ),
+        }
+    }
+}
+
+/// The schema of `schema`: everything the store needs, created if it is not there (each
+/// statement idempotent). What `distlock schema postgres` prints: `schema.sql`, with the
+/// schema's name written in.
+pub(crate) fn schema_sql(schema: &str) -> String {
+    include_str!("schema.sql").replace("{schema}", schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_is_a_plain_identifier() {
+        assert!(check_schema("distlock").is_ok());
+        assert!(check_schema("locks_2").is_ok());
+        for bad in ["", "Locks", "2locks", "a-b", "a.b", "a\"b", &"x".repeat(64)] {
+            let err = check_schema(bad).unwrap_err().to_string();
+            assert!(err.contains("lowercase SQL identifier"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn every_statement_names_the_schema() {
+        let sql = Statements::of("locks");
+        for statement in [
+            &sql.join,
+            &sql.leave,
+            &sql.renew,
+            &sql.read,
+            &sql.remove,
+            &sql.keys,
+        ] {
+            assert!(statement.contains("locks."), "{statement}");
+        }
+        let schema = schema_sql("locks");
+        assert!(schema.contains("CREATE TABLE IF NOT EXISTS locks.entries"));
+        assert!(schema.contains("pg_notify('locks',"));
+        assert!(!schema.contains("distlock."));
+    }
+}
