@@ -332,6 +332,13 @@ fn processes_share_a_key_fairly_on_a_cluster() {
     matrix("cluster", cluster.url(), 0, &small_matrix());
 }
 
+/// PostgreSQL: the queue engine's FIFO, woken by NOTIFY.
+#[test]
+fn processes_share_a_key_fairly_on_postgres() {
+    let server = common::Postgres::server();
+    matrix("postgres", server.url(), 0, &full_matrix());
+}
+
 #[test]
 fn processes_share_a_key_fairly_on_redlock() {
     let masters = RedisServer::start_many(3);
