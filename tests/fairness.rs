@@ -12,7 +12,9 @@ mod common;
 use common::worker::{self, Worker};
 use distlock::redis::{FencedStore, FencedWrite};
 use distlock::{Backend, Lock, LockError};
-use distlock_test_support::{RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig};
+use distlock_test_support::{
+    PgBouncer, PoolMode, RedisCluster, RedisServer, Reply, SentinelGroup, ServerConfig,
+};
 use redis::AsyncCommands;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -337,6 +339,15 @@ fn processes_share_a_key_fairly_on_a_cluster() {
 fn processes_share_a_key_fairly_on_postgres() {
     let server = common::Postgres::server();
     matrix("postgres", server.url(), 0, &full_matrix());
+}
+
+/// PostgreSQL through PgBouncer in transaction mode: no LISTEN, so waiters poll on backoff —
+/// and keep their places in the queue, so FIFO holds all the same.
+#[test]
+fn processes_share_a_key_fairly_on_postgres_through_pgbouncer_in_transaction_mode() {
+    let server = common::Postgres::server();
+    let bouncer = PgBouncer::start(&server, PoolMode::Transaction);
+    matrix("postgres via pgbouncer", bouncer.url(), 0, &full_matrix());
 }
 
 #[test]

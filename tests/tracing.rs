@@ -311,3 +311,70 @@ async fn an_etcd_lease_held_longer_than_asked_is_warned_of_once() {
     assert_eq!(text.matches(warning).count(), 1, "{text}");
     assert!(text.contains("WARN"), "{text}");
 }
+
+/// Behind a transaction-mode pooler, PostgreSQL's notifications cannot reach the backend: it
+/// says so once, as a warning, and its waiters poll — they are still granted the lock in turn.
+/// No statement logged shows an owner token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_mode_pooler_is_warned_of_once_and_its_waiters_poll() {
+    let captured = capture();
+    let server = common::Postgres::server();
+    let bouncer = distlock_test_support::PgBouncer::start(
+        &server,
+        distlock_test_support::PoolMode::Transaction,
+    );
+    let backend = Backend::builder(bouncer.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    // The holder's backend: another process, as far as the queue is concerned.
+    let holder = Backend::builder(bouncer.url())
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    let mut owners = Vec::new();
+    for round in 0..3 {
+        let key = format!("pooled-{round}");
+        let guard = Lock::new(key.clone()).on(&holder).acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let backend = backend.clone();
+            async move {
+                Lock::new(key)
+                    .on(&backend)
+                    .wait(Duration::from_secs(10))
+                    .run(async {})
+                    .await
+            }
+        });
+        let lock = format!("{PREFIX}:{{pooled-{round}}}");
+        let queued =
+            common::postgres::until_on_postgres(&server, Duration::from_secs(5), async || {
+                server.psql(&format!(
+                    "SELECT count(*) FROM distlock.entries WHERE key = '{lock}'"
+                )) == "2"
+            })
+            .await;
+        assert!(queued, "the waiter never joined the queue");
+        owners.extend(
+            server
+                .psql(&format!(
+                    "SELECT owner FROM distlock.entries WHERE key = '{lock}'"
+                ))
+                .lines()
+                .map(str::to_owned),
+        );
+        guard.release().await.unwrap();
+        waiter.await.unwrap().unwrap();
+    }
+    let text = String::from_utf8_lossy(&captured.text.lock().unwrap()).into_owned();
+    let warning = "LISTEN/NOTIFY does not reach this client";
+    assert_eq!(text.matches(warning).count(), 1, "{text}");
+    assert_eq!(owners.len(), 6);
+    for owner in &owners {
+        assert!(
+            !text.contains(owner.as_str()),
+            "an owner token was logged: {text}"
+        );
+    }
+    assert!(text.contains("WARN"), "{text}");
+}

@@ -34,7 +34,7 @@ const WAIT_DEADLINE: Duration = Duration::from_secs(10);
 /// Dropping it stops accepting and closes all its connections.
 pub struct FaultProxy {
     addr: SocketAddr,
-    upstream: SocketAddr,
+    upstream: Arc<std::sync::Mutex<SocketAddr>>,
     faults: Arc<Faults>,
     runtime: Handle,
     shutdown: Option<oneshot::Sender<()>>,
@@ -77,11 +77,13 @@ impl FaultProxy {
             .unwrap_or_else(|e| panic!("fault proxy: cannot build its runtime: {e}"));
         let handle = runtime.handle().clone();
         let faults = Arc::new(Faults::new());
+        let upstream = Arc::new(std::sync::Mutex::new(upstream));
         let (shutdown, stopped) = oneshot::channel::<()>();
         let thread = thread::Builder::new()
             .name(format!("fault-proxy-{}", addr.port()))
             .spawn({
                 let faults = Arc::clone(&faults);
+                let upstream = Arc::clone(&upstream);
                 move || {
                     runtime.block_on(async move {
                         let listener = TcpListener::from_std(listener).unwrap_or_else(|e| {
@@ -120,7 +122,14 @@ impl FaultProxy {
 
     /// The server the proxy forwards to.
     pub fn upstream(&self) -> SocketAddr {
-        self.upstream
+        *self.upstream.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forwards every connection accepted from now on to `upstream`, and closes the ones open
+    /// (as [`reset_all`](Self::reset_all)): a virtual IP moved to a new primary.
+    pub fn retarget(&self, upstream: SocketAddr) {
+        *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) = upstream;
+        self.reset_all();
     }
 
     /// Delays every forwarded chunk, in both directions, by `delay` after it
@@ -293,7 +302,11 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, faults: Arc<Faults>) {
+async fn accept_loop(
+    listener: TcpListener,
+    upstream: Arc<std::sync::Mutex<SocketAddr>>,
+    faults: Arc<Faults>,
+) {
     loop {
         let client = match listener.accept().await {
             Ok((client, _)) => client,
@@ -310,6 +323,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, faults: Arc<Fa
             continue;
         }
         let ticket = faults.open_connection();
+        let upstream = *upstream.lock().unwrap_or_else(|e| e.into_inner());
         tokio::spawn(connection::serve(
             client,
             upstream,

@@ -9,14 +9,19 @@
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::ConnectOptions;
 use std::future::Future;
+use std::sync::OnceLock;
 
 /// Connections of the store's pool: enough for the watchdog, a few acquires and releases at
 /// once, and the listening connection.
 const POOL_SIZE: u32 = 8;
 
 pub(crate) struct Connection {
-    pool: PgPool,
+    options: PgConnectOptions,
+    /// Opened at the first request, on the runtime it runs on: a backend is built outside
+    /// any runtime too (sqlx's pool starts its tasks when it is made).
+    pool: OnceLock<PgPool>,
     timeouts: Timeouts,
     /// `the PostgreSQL database … at host:port`, for messages.
     describe: String,
@@ -28,23 +33,36 @@ impl Connection {
         timeouts: Timeouts,
         describe: String,
     ) -> Connection {
-        // Every statement is sent unnamed (`persistent(false)`): a transaction-mode pooler may
-        // run two statements of one connection on two server connections.
-        let options = options.statement_cache_capacity(0);
-        let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .min_connections(0)
-            .acquire_timeout(timeouts.connect)
-            .connect_lazy_with(options);
+        // Every request is one simple-protocol query with its values written in (see
+        // `sql::render`), so sqlx's statement log — which would show the owners, secrets — is
+        // off on these connections; no statement is kept prepared.
         Connection {
-            pool,
+            options: options
+                .statement_cache_capacity(0)
+                .disable_statement_logging(),
+            pool: OnceLock::new(),
             timeouts,
             describe,
         }
     }
 
+    /// The pool; made (no connection opened yet) at the first call, which must be on a
+    /// runtime.
     pub(crate) fn pool(&self) -> &PgPool {
-        &self.pool
+        self.pool.get_or_init(|| {
+            PgPoolOptions::new()
+                .max_connections(POOL_SIZE)
+                .min_connections(0)
+                .acquire_timeout(self.timeouts.connect)
+                .connect_lazy_with(self.options.clone())
+        })
+    }
+
+    /// How long a request waits for a row another transaction has locked (a fenced
+    /// transaction's lease row): the response timeout, so that the database gives up first and
+    /// says why, and no connection of the pool is held waiting longer.
+    pub(crate) fn lock_wait_ms(&self) -> i64 {
+        self.timeouts.response.as_millis().max(1) as i64
     }
 
     pub(crate) fn describe(&self) -> &str {
@@ -88,6 +106,13 @@ pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
                  `distlock schema postgres --schema {schema}` prints (or \
                  distlock::postgres::schema(\"{schema}\")), or let distlock create it \
                  (BackendBuilder::create_schema)"
+            )),
+            // lock_not_available: `lock_timeout` ran out
+            Some("55P03") => refused(format!(
+                "{err}: a transaction of the application has the lock's row locked — a fenced \
+                 write (distlock::postgres::fence) still open after its lease ran out, or a \
+                 lock released before its fenced transaction ended; commit or roll that \
+                 transaction back first"
             )),
             // insufficient_privilege
             Some("42501") => refused(format!(

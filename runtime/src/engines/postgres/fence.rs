@@ -4,8 +4,9 @@
 //! Each lock's lease row is read in the transaction, by its key, owner and token, still
 //! unexpired on the database's clock, and locked `FOR KEY SHARE` until the transaction ends.
 //! The row cannot be deleted meanwhile, and a lock changes hands only by deleting the holder's
-//! row (a join removes an expired row first, skipping one that is locked; an operator's
-//! force-unlock waits for the lock), so: either the rows are there and nobody can be granted
+//! row (a join deletes an expired row first, and waits for a transaction that has it locked —
+//! each call up to the response timeout, then again until its wait budget is spent; an
+//! operator's force-unlock waits likewise), so: either the rows are there and nobody can be granted
 //! these locks until the transaction commits or rolls back — the writes commit under the lock —
 //! or a row is gone and the call fails, so the transaction never commits a write of a holder
 //! whose lock is gone. Renewals still pass (they change the row's time, not its key).
@@ -101,6 +102,8 @@ async fn fence_leases(
         .collect();
     let tokens: Vec<i64> = leases.iter().map(|lease| lease.fence as i64).collect();
     let statement = Statements::of(schema).fence;
+    // Bound, not written in: the owners are secrets, and the statement may be logged by the
+    // application's connection. Unnamed (not kept prepared), for a transaction-mode pooler.
     let rows = sqlx::query(AssertSqlSafe(statement))
         .bind(&names)
         .bind(&owners)

@@ -11,9 +11,11 @@
 //! jittered backoff), and a link is tried again a minute later.
 
 use super::client::Connection;
+use super::sql::{render, Arg};
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::lock::owner::Owner;
 use sqlx::postgres::PgListener;
+use sqlx::AssertSqlSafe;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -85,6 +87,10 @@ impl Routes {
 }
 
 pub(crate) struct Listener {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     connection: Arc<Connection>,
     schema: String,
     /// The live link's routes by key; `None` while no link is up.
@@ -95,18 +101,23 @@ pub(crate) struct Listener {
     /// Until when notifications are taken as unavailable (a pooler), and whether that was said.
     unavailable_until: Mutex<Option<Instant>>,
     warned: AtomicBool,
+    /// Set when the backend shut down: no link is opened any more.
+    closed: AtomicBool,
 }
 
 impl Listener {
     pub(crate) fn new(connection: Arc<Connection>, schema: &str) -> Listener {
         Listener {
-            connection,
-            schema: schema.to_owned(),
-            live: Arc::default(),
-            opening: tokio::sync::Mutex::new(()),
-            reader: Mutex::new(None),
-            unavailable_until: Mutex::new(None),
-            warned: AtomicBool::new(false),
+            shared: Arc::new(Shared {
+                connection,
+                schema: schema.to_owned(),
+                live: Arc::default(),
+                opening: tokio::sync::Mutex::new(()),
+                reader: Mutex::new(None),
+                unavailable_until: Mutex::new(None),
+                warned: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+            }),
         }
     }
 
@@ -117,27 +128,33 @@ impl Listener {
     /// notifications do not reach this client (a transaction-mode pooler).
     ///
     /// # Cancel safety
-    /// Cancel safe: a link being opened for a dropped call is finished (or dropped) as a whole;
-    /// no route is left for it.
+    /// Cancel safe: a link is opened by a task of its own, which a dropped call leaves to
+    /// finish — what it finds (a link, or that none can be had) serves the next call — and no
+    /// route is left for the dropped one.
     pub(crate) async fn follow(&self, key: &str) -> EngineResult<Changes> {
-        if let Some(changes) = self.route(key) {
+        if let Some(changes) = self.shared.route(key) {
             return Ok(changes);
         }
-        let _opening = self.opening.lock().await;
-        if let Some(changes) = self.route(key) {
-            return Ok(changes);
-        }
-        let until = *lock(&self.unavailable_until);
-        if until.is_some_and(|until| Instant::now() < until) {
-            return Err(EngineFailure::ambiguous(
-                "PostgreSQL's notifications do not reach this client; waiters poll",
-            ));
-        }
-        self.open().await?;
-        self.route(key)
+        let shared = self.shared.clone();
+        tokio::spawn(async move { shared.open_once().await })
+            .await
+            .map_err(EngineFailure::ambiguous)??;
+        self.shared
+            .route(key)
             .ok_or_else(|| EngineFailure::ambiguous("the notification link broke at once"))
     }
 
+    /// Ends the link (the backend shut down).
+    pub(crate) fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        if let Some(task) = lock(&self.shared.reader).take() {
+            task.abort();
+        }
+        lock(&self.shared.live).take();
+    }
+}
+
+impl Shared {
     /// A route for `key` on the live link, if one is up.
     fn route(&self, key: &str) -> Option<Changes> {
         let mut live = lock(&self.live);
@@ -148,6 +165,25 @@ impl Listener {
         senders.retain(|sender| !sender.is_closed());
         senders.push(sender);
         Some(changes)
+    }
+
+    /// A link up when this returns `Ok`: the live one, or one opened now — unless
+    /// notifications were found unavailable lately, or the backend shut down.
+    async fn open_once(&self) -> EngineResult<()> {
+        let _opening = self.opening.lock().await;
+        if lock(&self.live).is_some() {
+            return Ok(());
+        }
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(EngineFailure::ambiguous("the backend shut down"));
+        }
+        let until = *lock(&self.unavailable_until);
+        if until.is_some_and(|until| Instant::now() < until) {
+            return Err(EngineFailure::ambiguous(
+                "PostgreSQL's notifications do not reach this client; waiters poll",
+            ));
+        }
+        self.open().await
     }
 
     /// Opens a link: `LISTEN`, then a probe through the pool that must come back on it.
@@ -166,12 +202,11 @@ impl Listener {
         let probe = format!("p\t{}", Owner::random().as_str());
         self.connection
             .call(&schema, async {
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(&schema)
-                    .bind(&probe)
-                    .persistent(false)
-                    .execute(&pool)
-                    .await
+                let notify = render(
+                    "SELECT pg_notify($1, $2)",
+                    &[Arg::Text(&schema), Arg::Text(&probe)],
+                );
+                sqlx::raw_sql(AssertSqlSafe(notify)).execute(&pool).await
             })
             .await?;
         if !came_back(&mut listener, &probe).await {
@@ -200,14 +235,6 @@ impl Listener {
                  them woken"
             );
         }
-    }
-
-    /// Ends the link (the backend shut down).
-    pub(crate) fn close(&self) {
-        if let Some(task) = lock(&self.reader).take() {
-            task.abort();
-        }
-        lock(&self.live).take();
     }
 }
 

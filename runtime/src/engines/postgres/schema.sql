@@ -30,12 +30,16 @@ LANGUAGE sql AS $$
 $$;
 
 -- Joins `key`'s queue (or keeps the place there, its time starting again) and reads it.
-CREATE OR REPLACE FUNCTION {schema}.join(p_key text, p_owner text, p_kind text, p_label text, p_ttl_ms bigint)
+-- Waits at most `p_wait_ms` for a row another transaction has locked (an application's fenced
+-- transaction holding an expired entry: the takeover waits for it, a call at a time).
+CREATE OR REPLACE FUNCTION {schema}.join(p_key text, p_owner text, p_kind text, p_label text,
+                                         p_ttl_ms bigint, p_wait_ms bigint)
 RETURNS TABLE (q_owner text, q_token bigint, q_kind text, q_label text, q_ms_left bigint, q_read_at bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     gone record;
 BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
     -- The key's row, locked: the joins of one key run in turn. (A leave that empties the queue
     -- deletes the row only when no join holds it, so the loop ends at once or after one more
     -- round.)
@@ -61,12 +65,14 @@ END
 $$;
 
 -- Deletes `p_owner`'s entry: 1 it was there, 0 it was not and the queue is empty, -1 it was
--- not and another entry is there.
-CREATE OR REPLACE FUNCTION {schema}.leave(p_key text, p_owner text) RETURNS integer
+-- not and another entry is there. Waits at most `p_wait_ms` for a row another transaction has
+-- locked (the holder's own fenced transaction, still open).
+CREATE OR REPLACE FUNCTION {schema}.leave(p_key text, p_owner text, p_wait_ms bigint) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     live boolean;
 BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
     DELETE FROM {schema}.entries e WHERE e.key = p_key AND e.owner = p_owner
         RETURNING e.expires_at > clock_timestamp() INTO live;
     IF FOUND THEN
@@ -113,10 +119,13 @@ BEGIN
 END
 $$;
 
--- Deletes `p_owner`'s entry if it is still the one with `p_token`; whether it did.
-CREATE OR REPLACE FUNCTION {schema}.remove(p_key text, p_owner text, p_token bigint) RETURNS boolean
+-- Deletes `p_owner`'s entry if it is still the one with `p_token`; whether it did. Waits at
+-- most `p_wait_ms` for a fenced transaction holding the entry.
+CREATE OR REPLACE FUNCTION {schema}.remove(p_key text, p_owner text, p_token bigint, p_wait_ms bigint)
+RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
     DELETE FROM {schema}.entries e WHERE e.key = p_key AND e.owner = p_owner AND e.token = p_token;
     IF FOUND THEN
         PERFORM {schema}.told('d', p_key, p_owner);

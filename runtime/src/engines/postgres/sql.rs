@@ -4,12 +4,13 @@
 //! A lock's queue is the rows of `entries` with its key, ordered by `token`, which a sequence
 //! hands out: the number is the entry's place and its holder's fencing token. Lease time is the
 //! database's clock (`clock_timestamp()`): an entry lives until its `expires_at`. A join takes
-//! the key's row in `locks` first (row-locked), so the joins of one key run one after another and a later one never takes a smaller token than an earlier
-//! one that committed; entries whose time ran out are deleted there, before anything is
-//! decided. Every change is told on a channel named after the schema (`NOTIFY`): `j`, `r`, `d`
+//! the key's row in `locks` first (row-locked), so the joins of one key run one after another
+//! and a later one never takes a smaller token than an earlier one that committed; entries
+//! whose time ran out are deleted there, before anything is decided. Every change is told on a channel named after the schema (`NOTIFY`): `j`, `r`, `d`
 //! (joined, renewed, deleted), the key, the owner, and the changing transaction's id.
 
 use crate::error::LockError;
+use std::fmt::Write;
 
 /// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1`).
 const MAX_IDENTIFIER: usize = 63;
@@ -56,8 +57,8 @@ impl Statements {
         let s = schema;
         Statements {
             schema: s.to_owned(),
-            join: format!("SELECT * FROM {s}.join($1, $2, $3, $4, $5)"),
-            leave: format!("SELECT {s}.leave($1, $2)"),
+            join: format!("SELECT * FROM {s}.join($1, $2, $3, $4, $5, $6)"),
+            leave: format!("SELECT {s}.leave($1, $2, $3)"),
             renew: format!("SELECT * FROM {s}.renew($1, $2, $3)"),
             read: format!(
                 "SELECT owner, token, kind, label, \
@@ -65,7 +66,7 @@ impl Statements {
                  FROM {s}.entries WHERE key = $1 AND expires_at > clock_timestamp() \
                  ORDER BY token"
             ),
-            remove: format!("SELECT {s}.remove($1, $2, $3)"),
+            remove: format!("SELECT {s}.remove($1, $2, $3, $4)"),
             keys: format!(
                 "SELECT DISTINCT key FROM {s}.entries \
                  WHERE starts_with(key, $1) AND expires_at > clock_timestamp()"
@@ -79,6 +80,87 @@ impl Statements {
             ),
         }
     }
+}
+
+/// A value written into a statement in place of its `$n`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    Int(i64),
+    Texts(&'a [String]),
+    Ints(&'a [i64]),
+}
+
+/// `template` with each `$n` replaced by `args[n - 1]` written as a literal: one statement
+/// for the simple query protocol, which runs in one round trip and one transaction, so that
+/// a transaction-mode pooler runs it whole on one server connection (the extended protocol's
+/// unnamed statement is prepared in one transaction and run in the next, which such a pooler
+/// may send elsewhere).
+///
+/// Text is written as an escape string (`E'…'`, its `\` and `'` doubled), which reads the same
+/// whatever `standard_conforming_strings` says; the replaced text is never scanned again. Keys,
+/// prefixes and labels hold no control character (checked where they are made), so no NUL
+/// reaches a statement. The statements hold owners, which are secrets: the store's
+/// connections log no statement.
+pub(crate) fn render(template: &str, args: &[Arg<'_>]) -> String {
+    let mut out = String::with_capacity(template.len() + 64);
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len() - at - 1);
+        let number: Option<usize> = rest[at + 1..at + 1 + digits].parse().ok();
+        match number.and_then(|n| n.checked_sub(1)).and_then(|n| args.get(n)) {
+            Some(arg) => write_arg(&mut out, *arg),
+            None => out.push_str(&rest[at..at + 1 + digits]),
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn write_arg(out: &mut String, arg: Arg<'_>) {
+    match arg {
+        Arg::Text(text) => write_text(out, text),
+        Arg::Int(n) => {
+            let _ = write!(out, "{n}::bigint");
+        }
+        Arg::Texts(texts) => {
+            out.push_str("ARRAY[");
+            for (i, text) in texts.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_text(out, text);
+            }
+            out.push_str("]::text[]");
+        }
+        Arg::Ints(ints) => {
+            out.push_str("ARRAY[");
+            for (i, n) in ints.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{n}");
+            }
+            out.push_str("]::bigint[]");
+        }
+    }
+}
+
+fn write_text(out: &mut String, text: &str) {
+    debug_assert!(!text.contains('\0'), "a NUL in {text:?}");
+    out.push_str("E'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            c => out.push(c),
+        }
+    }
+    out.push_str("'::text");
 }
 
 /// The schema of `schema`: everything the store needs, created if it is not there (each
@@ -100,6 +182,24 @@ mod tests {
             let err = check_schema(bad).unwrap_err().to_string();
             assert!(err.contains("lowercase SQL identifier"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn arguments_are_written_as_literals_never_read_again() {
+        let sql = render(
+            "SELECT f($1, $2, $3, $4) -- $5 $x $",
+            &[
+                Arg::Text("it's a \\ $2"),
+                Arg::Int(-7),
+                Arg::Texts(&["a".into(), "b'".into()]),
+                Arg::Ints(&[]),
+            ],
+        );
+        assert_eq!(
+            sql,
+            "SELECT f(E'it''s a \\\\ $2'::text, -7::bigint, ARRAY[E'a'::text,E'b'''::text]::text[], \
+             ARRAY[]::bigint[]) -- $5 $x $"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::client::Connection;
 use super::listener::{Listener, Op};
-use super::sql::{schema_sql, Statements};
+use super::sql::{render, schema_sql, Arg, Statements};
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::{kind_of, tag, Entry};
 use crate::engines::queue::store::{Deletion, Deletions, Presence, Read, Store};
@@ -60,23 +60,20 @@ impl PgStore {
         lock_name(&self.prefix, key)
     }
 
-    /// Runs `statement` with what `bind` binds, after making sure of the schema.
+    /// Runs `statement` with `args` written in (one simple-protocol query), after making sure
+    /// of the schema.
     ///
     /// # Cancel safety
     /// Not cancel safe: the request may be applied anyway, as after a lost reply.
-    async fn rows<'q>(
-        &self,
-        statement: &'q str,
-        bind: impl FnOnce(
-            sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-        )
-            -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    ) -> EngineResult<Vec<PgRow>> {
+    async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<PgRow>> {
         self.ensure_schema().await?;
-        let query = bind(sqlx::query(AssertSqlSafe(statement)).persistent(false));
+        let sql = render(statement, args);
         let pool = self.connection.pool();
         self.connection
-            .call(self.schema(), query.fetch_all(pool))
+            .call(
+                self.schema(),
+                sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(pool),
+            )
             .await
     }
 
@@ -124,12 +121,11 @@ impl PgStore {
             .connection
             .call(
                 self.schema(),
-                sqlx::query(
+                sqlx::raw_sql(
                     "SELECT name, setting FROM pg_settings \
                      WHERE name IN ('fsync', 'synchronous_commit') \
                      UNION ALL SELECT 'in_recovery', pg_is_in_recovery()::text",
                 )
-                .persistent(false)
                 .fetch_all(pool),
             )
             .await?;
@@ -161,16 +157,16 @@ impl Store for PgStore {
     ) -> EngineResult<Read<Duration>> {
         let lock = self.lock(key);
         let ttl_ms = ttl.as_millis().max(1) as i64;
-        let rows = self
-            .rows(&self.sql.join, |query| {
-                query
-                    .bind(lock)
-                    .bind(owner.as_str().to_owned())
-                    .bind(tag(kind))
-                    .bind(self.label.clone())
-                    .bind(ttl_ms)
-            })
-            .await?;
+        let kind_tag = tag(kind);
+        let args = [
+            Arg::Text(&lock),
+            Arg::Text(owner.as_str()),
+            Arg::Text(&kind_tag),
+            Arg::Text(&self.label),
+            Arg::Int(ttl_ms),
+            Arg::Int(self.connection.lock_wait_ms()),
+        ];
+        let rows = self.rows(&self.sql.join, &args).await?;
         let at = match rows.first() {
             Some(row) => row.try_get::<i64, _>(5).map_err(EngineFailure::ambiguous)?,
             None => 0,
@@ -183,11 +179,12 @@ impl Store for PgStore {
 
     async fn leave(&self, key: &str, owner: &Owner) -> EngineResult<Presence> {
         let lock = self.lock(key);
-        let rows = self
-            .rows(&self.sql.leave, |query| {
-                query.bind(lock).bind(owner.as_str().to_owned())
-            })
-            .await?;
+        let args = [
+            Arg::Text(&lock),
+            Arg::Text(owner.as_str()),
+            Arg::Int(self.connection.lock_wait_ms()),
+        ];
+        let rows = self.rows(&self.sql.leave, &args).await?;
         let found: i32 = rows
             .first()
             .ok_or_else(|| EngineFailure::ambiguous("leave answered no row"))?
@@ -206,11 +203,8 @@ impl Store for PgStore {
             .iter()
             .map(|renewal| renewal.ttl.as_millis().max(1) as i64)
             .collect();
-        let rows = self
-            .rows(&self.sql.renew, |query| {
-                query.bind(keys).bind(owners).bind(ttls)
-            })
-            .await?;
+        let args = [Arg::Texts(&keys), Arg::Texts(&owners), Arg::Ints(&ttls)];
+        let rows = self.rows(&self.sql.renew, &args).await?;
         rows.iter()
             .map(|row| {
                 let found: i32 = row.try_get(0).map_err(EngineFailure::ambiguous)?;
@@ -221,20 +215,19 @@ impl Store for PgStore {
 
     async fn read(&self, key: &str) -> EngineResult<Vec<Entry<Duration>>> {
         let lock = self.lock(key);
-        let rows = self.rows(&self.sql.read, |query| query.bind(lock)).await?;
+        let rows = self.rows(&self.sql.read, &[Arg::Text(&lock)]).await?;
         PgStore::entries(&rows)
     }
 
     async fn remove(&self, key: &str, entry: &Entry<Duration>) -> EngineResult<bool> {
         let lock = self.lock(key);
-        let rows = self
-            .rows(&self.sql.remove, |query| {
-                query
-                    .bind(lock)
-                    .bind(entry.owner.clone())
-                    .bind(entry.token as i64)
-            })
-            .await?;
+        let args = [
+            Arg::Text(&lock),
+            Arg::Text(&entry.owner),
+            Arg::Int(entry.token as i64),
+            Arg::Int(self.connection.lock_wait_ms()),
+        ];
+        let rows = self.rows(&self.sql.remove, &args).await?;
         rows.first()
             .ok_or_else(|| EngineFailure::ambiguous("remove answered no row"))?
             .try_get(0)
@@ -259,9 +252,7 @@ impl Store for PgStore {
 
     async fn keys(&self) -> EngineResult<Vec<String>> {
         let start = format!("{}:{{", self.prefix);
-        let rows = self
-            .rows(&self.sql.keys, |query| query.bind(start.clone()))
-            .await?;
+        let rows = self.rows(&self.sql.keys, &[Arg::Text(&start)]).await?;
         rows.iter()
             .map(|row| {
                 let key: String = row.try_get(0).map_err(EngineFailure::ambiguous)?;
