@@ -111,7 +111,10 @@ pub(crate) fn render(template: &str, args: &[Arg<'_>]) -> String {
             .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(rest.len() - at - 1);
         let number: Option<usize> = rest[at + 1..at + 1 + digits].parse().ok();
-        match number.and_then(|n| n.checked_sub(1)).and_then(|n| args.get(n)) {
+        match number
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|n| args.get(n))
+        {
             Some(arg) => write_arg(&mut out, *arg),
             None => out.push_str(&rest[at..at + 1 + digits]),
         }
