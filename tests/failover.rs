@@ -1,14 +1,17 @@
 //! The failover comparison: the same workload and the same fault on Sentinel without
-//! `min_replicas`, on Sentinel with `min_replicas(1)`, and on a 3-member etcd cluster, counting
-//! the double grants a fenced resource sees.
+//! `min_replicas`, on Sentinel with `min_replicas(1)`, on a 3-member etcd cluster, and on
+//! PostgreSQL with a streaming standby, asynchronous and synchronous (`synchronous_standby_names`),
+//! counting the double grants a fenced resource sees.
 //!
 //! Each round, the servers that would take over stop receiving what the primary (or leader)
-//! writes — the replicas, or etcd's followers, are paused — and a long holder asks for the key
-//! that other clients keep contending for. Then the primary (leader) is killed, the paused
-//! servers resume, and one of them takes over; the holder keeps the lock a moment longer
-//! while the contenders go on asking. A double grant is a round in which the resource saw a
-//! contender inside while the holder was (an overlap), or fenced out a holder's write because
-//! a newer token had written first. The killed server is started again before the next round.
+//! writes — the replicas, or etcd's followers, are paused; PostgreSQL's standby is cut off — and
+//! a long holder asks for the key that other clients keep contending for. Then the primary
+//! (leader) is killed, the paused servers resume, and one of them takes over (the standby is
+//! promoted, and the address the clients use moves to it); the holder keeps the lock a moment
+//! longer while the contenders go on asking. A double grant is a round in which the resource
+//! saw a contender inside while the holder was (an overlap), or fenced out a holder's write
+//! because a newer token had written first. The killed server is started again (PostgreSQL: a
+//! new standby attached) before the next round.
 //!
 //! Figures are printed as a `FAILOVER …` table on stderr.
 
@@ -18,7 +21,7 @@ use common::worker;
 use common::PREFIX;
 use distlock::redis::{FencedStore, FencedWrite};
 use distlock::{Backend, Lock, LockError};
-use distlock_test_support::{EtcdCluster, RedisServer, SentinelGroup};
+use distlock_test_support::{EtcdCluster, FaultProxy, PgServer, RedisServer, SentinelGroup};
 use redis::AsyncCommands;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,6 +36,8 @@ const TASKS: usize = 3;
 /// chance to be granted it too.
 const HOLD_AFTER_FAILOVER: Duration = Duration::from_millis(500);
 const DOWN_AFTER: Duration = Duration::from_millis(500);
+/// The PostgreSQL clients' watchdog lease.
+const PG_LEASE: Duration = Duration::from_secs(2);
 
 /// A deployment under the round's fault.
 trait Deployment {
@@ -45,6 +50,10 @@ trait Deployment {
     fn kill_and_fail_over(&mut self) -> Duration;
     /// Starts the killed server again, part of the deployment once more.
     fn heal(&mut self);
+    /// How long the holder keeps the lock once the new primary (leader) serves.
+    fn hold_after_failover(&self) -> Duration {
+        HOLD_AFTER_FAILOVER
+    }
 }
 
 struct Sentinel {
@@ -131,6 +140,86 @@ impl Etcd {
     fn followers(&self) -> [usize; 2] {
         [(self.leader + 1) % 3, (self.leader + 2) % 3]
     }
+}
+
+/// PostgreSQL with one streaming standby, behind a proxy that moves to the promoted standby
+/// (a virtual IP, as an HA manager moves it). The standby is cut off from the primary
+/// (`detach`) to lag; the primary is killed, the standby promoted, the proxy moved, and a new
+/// standby attached to the new primary (with the same name, so that a synchronous setting
+/// names it too).
+struct PgStreaming {
+    primary: PgServer,
+    standby: PgServer,
+    proxy: FaultProxy,
+    synchronous: bool,
+}
+
+impl PgStreaming {
+    fn start(synchronous: bool) -> PgStreaming {
+        let primary = PgServer::start();
+        primary.psql(&distlock::postgres::schema(common::postgres::SCHEMA).unwrap());
+        if synchronous {
+            // After the schema (a commit with no standby yet would wait for ever), before the
+            // standby copies the settings: every later primary has it too.
+            primary.psql("ALTER SYSTEM SET synchronous_standby_names = 'standby'");
+            primary.psql("SELECT pg_reload_conf()");
+        }
+        let standby = PgServer::standby_of(&primary, "standby");
+        let proxy = worker::runtime().block_on(FaultProxy::start(primary.addr()));
+        PgStreaming {
+            primary,
+            standby,
+            proxy,
+            synchronous,
+        }
+    }
+}
+
+impl Deployment for PgStreaming {
+    fn name(&self) -> &'static str {
+        match self.synchronous {
+            false => "PostgreSQL, asynchronous standby",
+            true => "PostgreSQL, synchronous standby",
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            self.proxy.addr().port()
+        );
+        Backend::builder(url)
+            .prefix(PREFIX)
+            .watchdog_lease(PG_LEASE)
+            .build()
+            .unwrap()
+    }
+
+    fn lag(&mut self) {
+        self.standby.detach();
+    }
+
+    /// The queue the promoted standby has is the one it had when it was cut off: the entries
+    /// of contenders that have moved on since stay until their leases run out, and keep the
+    /// others waiting meanwhile. The holder stays a lease longer, so that they can be granted
+    /// the lock while it is inside if its grant was lost.
+    fn hold_after_failover(&self) -> Duration {
+        PG_LEASE + HOLD_AFTER_FAILOVER
+    }
+
+    fn kill_and_fail_over(&mut self) -> Duration {
+        let killed_at = Instant::now();
+        self.primary.kill();
+        self.standby.promote();
+        self.proxy.retarget(self.standby.addr());
+        let failover = killed_at.elapsed();
+        let standby = PgServer::standby_of(&self.standby, "standby");
+        self.primary = std::mem::replace(&mut self.standby, standby);
+        failover
+    }
+
+    /// The killed primary was replaced by a new standby already.
+    fn heal(&mut self) {}
 }
 
 /// What the rounds on one deployment came to.
@@ -272,7 +361,7 @@ fn run_rounds(deployment: &mut dyn Deployment) -> Outcome {
                     .unwrap();
             }
             // Holding is the point: the contenders ask meanwhile.
-            tokio::time::sleep(HOLD_AFTER_FAILOVER).await;
+            tokio::time::sleep(deployment.hold_after_failover()).await;
         });
         let _ = leave.send(());
         runtime.block_on(holder).unwrap();
@@ -290,28 +379,14 @@ fn run_rounds(deployment: &mut dyn Deployment) -> Outcome {
     outcome
 }
 
-#[test]
-fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
-    let mut deployments: Vec<Box<dyn Deployment>> = vec![
-        Box::new(Sentinel {
-            group: SentinelGroup::start_with_replicas(2, DOWN_AFTER),
-            min_replicas: 0,
-        }),
-        Box::new(Sentinel {
-            group: SentinelGroup::start_with_replicas(2, DOWN_AFTER),
-            min_replicas: 1,
-        }),
-        Box::new(Etcd {
-            cluster: EtcdCluster::start(3),
-            leader: 0,
-        }),
-    ];
+/// Runs the rounds on each deployment and prints the table's rows.
+fn compare(deployments: &mut [Box<dyn Deployment>]) -> Vec<(&'static str, Outcome)> {
     let mut table = String::from(
         "FAILOVER | deployment | rounds with a double grant | overlaps | fenced writes \
          rejected | contender sections | longest failover\n",
     );
     let mut outcomes = Vec::new();
-    for deployment in &mut deployments {
+    for deployment in deployments.iter_mut() {
         let outcome = run_rounds(deployment.as_mut());
         table.push_str(&format!(
             "FAILOVER | {} | {} of {ROUNDS} | {} | {} | {} | {:?}\n",
@@ -331,6 +406,25 @@ fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
             "{name}: the contenders never got the lock, so they could not be granted it twice"
         );
     }
+    outcomes
+}
+
+#[test]
+fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
+    let outcomes = compare(&mut [
+        Box::new(Sentinel {
+            group: SentinelGroup::start_with_replicas(2, DOWN_AFTER),
+            min_replicas: 0,
+        }),
+        Box::new(Sentinel {
+            group: SentinelGroup::start_with_replicas(2, DOWN_AFTER),
+            min_replicas: 1,
+        }),
+        Box::new(Etcd {
+            cluster: EtcdCluster::start(3),
+            leader: 0,
+        }),
+    ]);
     let etcd = &outcomes[2].1;
     assert_eq!(
         etcd.rounds_with_double_grants, 0,
@@ -341,5 +435,27 @@ fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
         sentinel.rounds_with_double_grants > 0,
         "the fault did not bite: Sentinel without replica acknowledgement lost no grant \
          ({sentinel:?}), so the comparison shows nothing"
+    );
+}
+
+/// A grant the primary acknowledged before its standby had it is lost when the standby is
+/// promoted; with `synchronous_standby_names`, no grant is acknowledged before the standby has
+/// it.
+#[test]
+fn failovers_double_grant_on_an_asynchronous_standby_and_never_on_a_synchronous_one() {
+    let outcomes = compare(&mut [
+        Box::new(PgStreaming::start(false)),
+        Box::new(PgStreaming::start(true)),
+    ]);
+    let synchronous = &outcomes[1].1;
+    assert_eq!(
+        synchronous.rounds_with_double_grants, 0,
+        "PostgreSQL with a synchronous standby granted a lock twice: {synchronous:?}"
+    );
+    let asynchronous = &outcomes[0].1;
+    assert!(
+        asynchronous.rounds_with_double_grants > 0,
+        "the fault did not bite: the asynchronous standby lost no grant ({asynchronous:?}), so \
+         the comparison shows nothing"
     );
 }

@@ -22,6 +22,9 @@ pub(crate) fn backend(cli: &Cli) -> Result<Backend, Failure> {
     let mut builder = Backend::builder(url)
         .prefix(cli.prefix.as_str())
         .holder_label(format!("distlock-cli:{}", std::process::id()));
+    if let Some(schema) = &cli.schema {
+        builder = builder.schema(schema.as_str());
+    }
     if let Some(ca) = &cli.tls_ca_file {
         builder = builder.tls_ca_file(ca);
     }

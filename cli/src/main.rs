@@ -7,10 +7,12 @@
 //! distlock doctor                      # server settings that weaken locks, each with what to do
 //! distlock unlock order:17 --force     # break a stuck lock (fences its holder out)
 //! distlock watch order:17              # acquire/renew/release/expiry events, live
+//! distlock schema postgres             # the SQL of the lock tables, for a migration
 //! ```
 //!
 //! Every command takes `--url` (default `DISTLOCK_URL`), `--prefix` (default `DISTLOCK_PREFIX`,
-//! else `distlock`) and `--json`: one JSON object per line (NDJSON) on standard output, for every
+//! else `distlock`), `--schema` (PostgreSQL; default `DISTLOCK_SCHEMA`, else `distlock`) and
+//! `--json`: one JSON object per line (NDJSON) on standard output, for every
 //! command — a lock, a finding, an event per line — and errors as
 //! `{"error": {"kind": …, "message": …}}` on standard error. Exit codes: 0 held / done / healthy,
 //! 1 free / nothing removed / findings, 2 usage, 3 the backend failed (for `watch`: its stream
@@ -29,8 +31,9 @@ use std::process::ExitCode;
 #[command(name = "distlock", version)]
 struct Cli {
     /// The lock backend: redis://, rediss://, unix://, redis-sentinel://, redis-cluster://,
-    /// etcd:// (built with the `etcd` feature), or three or more comma-separated redis:// URLs
-    /// (Redlock) — the URL your services use.
+    /// etcd:// (built with the `etcd` feature), postgres:// (built with the `postgres`
+    /// feature), or three or more comma-separated redis:// URLs (Redlock) — the URL your
+    /// services use.
     #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
     /// The key prefix your services use.
@@ -41,6 +44,9 @@ struct Cli {
         global = true
     )]
     prefix: String,
+    /// The PostgreSQL schema of the lock tables your services use.
+    #[arg(long, env = "DISTLOCK_SCHEMA", global = true)]
+    schema: Option<String>,
     /// CA certificate(s) to trust for rediss:// (PEM).
     #[arg(long, env = "DISTLOCK_TLS_CA_FILE", global = true)]
     tls_ca_file: Option<std::path::PathBuf>,
@@ -111,11 +117,23 @@ enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Print the SQL that creates the lock tables in a database (schema `--schema`, else
+    /// `distlock`), for the application's migrations; every statement may run again. Exit 0.
+    Schema {
+        /// The database: postgres.
+        store: Store,
+    },
     /// Print a shell completion script: `distlock completions bash > /etc/bash_completion.d/distlock`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// The databases `distlock schema` prints the SQL of.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Store {
+    Postgres,
 }
 
 /// Exit code: the lock is held, the command did what it was asked, nothing to fix.
@@ -171,6 +189,9 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
         clap_complete::generate(shell, &mut command, "distlock", &mut std::io::stdout());
         return Ok(HELD);
     }
+    if let Command::Schema { store } = cli.command {
+        return schema(store, cli.schema.as_deref());
+    }
     if let Command::Unlock { key, force: false } = &cli.command {
         return Err(Failure::Usage(format!(
             "refusing to remove the lock `{key}` without --force: its holder keeps running \
@@ -204,7 +225,9 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
             render::unlocked(format, &key, removed.as_ref());
             Ok(if removed.is_some() { HELD } else { FREE })
         }
-        Command::Completions { .. } => unreachable!("answered before connecting"),
+        Command::Completions { .. } | Command::Schema { .. } => {
+            unreachable!("answered before connecting")
+        }
         Command::Watch {
             key,
             enable_notifications,
@@ -241,5 +264,24 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
             }
             Ok(if failed { FAILED } else { HELD })
         }
+    }
+}
+
+/// `distlock schema <store>`: the SQL on standard output.
+fn schema(store: Store, name: Option<&str>) -> Result<u8, Failure> {
+    let name = name.unwrap_or("distlock");
+    match store {
+        #[cfg(feature = "postgres")]
+        Store::Postgres => {
+            let sql =
+                distlock::postgres::schema(name).map_err(|err| Failure::Usage(err.to_string()))?;
+            print!("{sql}");
+            Ok(HELD)
+        }
+        #[cfg(not(feature = "postgres"))]
+        Store::Postgres => Err(Failure::Usage(format!(
+            "this distlock was built without PostgreSQL; install it with `cargo install \
+             distlock-cli --features postgres` to print the schema `{name}`"
+        ))),
     }
 }

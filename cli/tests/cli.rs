@@ -16,6 +16,7 @@ fn distlock(url: &str, args: &[&str]) -> Output {
         .args(args)
         .env("DISTLOCK_URL", url)
         .env_remove("DISTLOCK_PREFIX")
+        .env_remove("DISTLOCK_SCHEMA")
         .output()
         .expect("the distlock binary runs")
 }
@@ -451,5 +452,43 @@ async fn watch_exits_3_after_its_stream_failed() {
             .iter()
             .any(|line| line.to_lowercase().contains("noperm")),
         "{reported:?}"
+    );
+}
+
+/// On PostgreSQL: the schema the CLI prints, run as a migration would, serves the same
+/// commands; `--schema` names another one, and a name that is no plain identifier is a usage
+/// error.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_answers_too_on_the_schema_it_prints() {
+    let server = distlock_test_support::PgServer::start();
+    let printed = distlock("", &["schema", "postgres"]);
+    assert_eq!(printed.status.code(), Some(0), "{printed:?}");
+    assert!(stdout(&printed).contains("CREATE TABLE IF NOT EXISTS distlock.entries"));
+    server.psql(&stdout(&printed));
+    answers("postgres", &server.url()).await;
+
+    let other = stdout(&distlock(
+        "",
+        &["schema", "postgres", "--schema", "ops_locks"],
+    ));
+    assert!(
+        other.contains("CREATE SCHEMA IF NOT EXISTS ops_locks;"),
+        "{other}"
+    );
+    assert!(!other.contains("distlock."), "{other}");
+    let missing = distlock(&server.url(), &["--schema", "ops_locks", "inspect", "a:1"]);
+    assert_eq!(missing.status.code(), Some(3), "{missing:?}");
+    assert!(
+        stderr(&missing).contains("distlock schema postgres --schema ops_locks"),
+        "{}",
+        stderr(&missing)
+    );
+    let bad = distlock("", &["schema", "postgres", "--schema", "Ops-Locks"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        stderr(&bad).contains("lowercase SQL identifier"),
+        "{}",
+        stderr(&bad)
     );
 }

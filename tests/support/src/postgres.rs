@@ -155,6 +155,11 @@ impl PgServer {
         self.port
     }
 
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     /// `postgres://postgres@127.0.0.1:<port>/postgres`.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -201,6 +206,31 @@ impl PgServer {
              WHERE usename = '{user}' AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         ));
         ended.parse().unwrap_or(0)
+    }
+
+    /// Cuts a standby off its primary: its `primary_conninfo` emptied and reloaded, it keeps
+    /// what it received and replays it, and receives nothing more (as when the network between
+    /// them fails). Returns once its WAL receiver has ended.
+    ///
+    /// # Panics
+    /// If the WAL receiver is still running 30 s later (with the log).
+    pub fn detach(&self) {
+        let child = self.child();
+        let mark = child.output_len();
+        self.psql("ALTER SYSTEM SET primary_conninfo = ''");
+        self.psql("SELECT pg_reload_conf()");
+        match child.wait_for_output_after(
+            "terminating walreceiver",
+            mark,
+            Instant::now() + START_DEADLINE,
+        ) {
+            Outcome::Found => {}
+            other => panic!(
+                "the standby on port {} kept replicating ({other:?}):\n{}",
+                self.port,
+                tail(&child.output())
+            ),
+        }
     }
 
     /// Makes a standby the primary (`pg_promote`, waiting until it takes writes).

@@ -1,6 +1,9 @@
 -- distlock's lock tables in the schema `{schema}`. Run once (in a migration); every statement
--- may run again. The lock user needs USAGE on the schema, SELECT/INSERT/UPDATE/DELETE on
--- both tables, USAGE on the sequence and EXECUTE on the functions.
+-- may run again. A lock user that does not own them needs (for a role `locker`):
+--   GRANT USAGE ON SCHEMA {schema} TO locker;
+--   GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.locks, {schema}.entries TO locker;
+--   GRANT USAGE ON SEQUENCE {schema}.tokens TO locker;
+--   GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO locker;
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 -- Every entry's place in its queue, and its holder's fencing token.
