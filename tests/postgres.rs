@@ -472,7 +472,10 @@ fn libfaketime() -> String {
         .iter()
         .find(|path| std::path::Path::new(path).exists())
         .unwrap_or_else(|| {
-            panic!("libfaketime not found; install it (`apt-get install faketime`, as scripts/deps.sh does)")
+            panic!(
+                "libfaketime not found; install it (`apt-get install faketime`, as \
+                 scripts/deps.sh does)"
+            )
         })
         .to_string()
 }

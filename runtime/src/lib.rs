@@ -1,7 +1,7 @@
 //! # distlock
 //!
-//! Distributed locks from one attribute, on Redis (one server, Sentinel, Cluster, Redlock), etcd
-//! or in the process, with fencing tokens a resource can check.
+//! Distributed locks from one attribute, on Redis (one server, Sentinel, Cluster, Redlock), etcd,
+//! PostgreSQL or in the process, with fencing tokens a resource can check.
 //!
 //! ```
 //! use distlock::{distributed_lock, Backend, LockError, Registry};
@@ -72,6 +72,7 @@
 //! |---|---|
 //! | `tls` | `rediss://` URLs, through rustls |
 //! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
+//! | `postgres` | `postgres://` URLs, `Backend::postgres(&pool)` and `distlock::postgres`: locks in a PostgreSQL database, and fenced writes in the application's own transaction |
 //! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |
 //! | `axum` | `impl IntoResponse for LockError`: 409 when busy (with `Retry-After` when the server said how long the holder has left), 503 when the backend is unavailable, 500 otherwise |
 //!
@@ -117,11 +118,12 @@ pub mod redis {
 /// What only the PostgreSQL deployment has (feature `postgres`): the fenced write inside the
 /// application's own transaction, and the schema of the lock tables.
 ///
-/// A lock's lease row in the database is also the proof that the lock is held: [`fence`]
-/// reads it inside the application's transaction and locks it until the transaction ends, so
-/// the transaction commits only while the lock is this holder's — a paused holder's late write
-/// fails instead of committing over its successor's. Without it, a resource needs the fencing
-/// token check of [the fencing chapter](crate::guide::fencing).
+/// A lock's lease row in the database is also the proof that the lock is held:
+/// [`fence`](crate::postgres::fence) reads it inside the application's transaction and locks it
+/// until the transaction ends, so the transaction commits only while the lock is this
+/// holder's — a paused holder's late write fails instead of committing over its successor's.
+/// Without it, a resource needs the fencing token check of [the fencing
+/// chapter](crate::guide::fencing).
 ///
 /// ```no_run
 /// use distlock::{distributed_lock, LockError};

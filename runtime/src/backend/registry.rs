@@ -32,6 +32,8 @@ pub const DEFAULT_BACKEND: &str = "default";
 /// | [`DISTLOCK_RENEW_BATCH`](crate::env::RENEW_BATCH) | [`renew_batch`](crate::BackendBuilder::renew_batch) |
 /// | [`DISTLOCK_MAX_KEY_LEN`](crate::env::MAX_KEY_LEN) | [`max_key_len`](crate::BackendBuilder::max_key_len) |
 /// | [`DISTLOCK_HOLDER_LABEL`](crate::env::HOLDER_LABEL) | [`holder_label`](crate::BackendBuilder::holder_label) |
+/// | [`DISTLOCK_SCHEMA`](crate::env::SCHEMA) | [`schema`](crate::BackendBuilder::schema) |
+/// | [`DISTLOCK_CREATE_SCHEMA`](crate::env::CREATE_SCHEMA) | [`create_schema`](crate::BackendBuilder::create_schema) |
 /// | [`DISTLOCK_TLS_CA_FILE`](crate::env::TLS_CA_FILE) | [`tls_ca_file`](crate::BackendBuilder::tls_ca_file) |
 /// | [`DISTLOCK_TLS_CERT_FILE`](crate::env::TLS_CERT_FILE), [`DISTLOCK_TLS_KEY_FILE`](crate::env::TLS_KEY_FILE) | [`tls_client_auth_files`](crate::BackendBuilder::tls_client_auth_files) |
 ///

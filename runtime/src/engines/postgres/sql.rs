@@ -6,8 +6,9 @@
 //! database's clock (`clock_timestamp()`): an entry lives until its `expires_at`. A join takes
 //! the key's row in `locks` first (row-locked), so the joins of one key run one after another
 //! and a later one never takes a smaller token than an earlier one that committed; entries
-//! whose time ran out are deleted there, before anything is decided. Every change is told on a channel named after the schema (`NOTIFY`): `j`, `r`, `d`
-//! (joined, renewed, deleted), the key, the owner, and the changing transaction's id.
+//! whose time ran out are deleted there, before anything is decided. Every change is told on a
+//! channel named after the schema (`NOTIFY`): `j`, `r`, `d` (joined, renewed, deleted), the
+//! key, the owner, and the changing transaction's id.
 
 use crate::error::LockError;
 use std::fmt::Write;
@@ -200,8 +201,8 @@ mod tests {
         );
         assert_eq!(
             sql,
-            "SELECT f(E'it''s a \\\\ $2'::text, -7::bigint, ARRAY[E'a'::text,E'b'''::text]::text[], \
-             ARRAY[]::bigint[]) -- $5 $x $"
+            "SELECT f(E'it''s a \\\\ $2'::text, -7::bigint, \
+             ARRAY[E'a'::text,E'b'''::text]::text[], ARRAY[]::bigint[]) -- $5 $x $"
         );
     }
 
