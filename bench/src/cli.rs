@@ -44,6 +44,10 @@ WORKLOADS:
     etcd         a 3-member etcd cluster of its own: distlock's etcd engine beside etcd's own lock
                  service (Lock/Unlock through etcd-client, on a session lease), sequential and
                  --contenders tasks on one key: cycles/s, critical sections/s, fairness, worst wait
+    postgres     a PostgreSQL server of its own (fsync off): distlock's PostgreSQL engine beside
+                 distributed-lock-postgres 0.2.0 (session advisory locks), sequential and
+                 --contenders tasks on one key: cycles/s, critical sections/s, fairness, worst
+                 wait, client and server CPU per cycle
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -93,10 +97,11 @@ pub(crate) enum Workload {
     Replicated,
     Etcd,
     OpenLoop,
+    Postgres,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 9] = [
+    pub(crate) const ALL: [Workload; 10] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -106,6 +111,7 @@ impl Workload {
         Workload::Replicated,
         Workload::Etcd,
         Workload::OpenLoop,
+        Workload::Postgres,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -119,6 +125,7 @@ impl Workload {
             Workload::Replicated => "replicated",
             Workload::Etcd => "etcd",
             Workload::OpenLoop => "open",
+            Workload::Postgres => "postgres",
         }
     }
 }
@@ -290,7 +297,7 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                 })
                 .map_err(|name| {
                     format!(
-                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated"
+                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres"
                     )
                 })?
             }
@@ -442,8 +449,19 @@ mod tests {
     #[test]
     fn unknown_names_are_reported_with_what_is_accepted() {
         let err = run(&["--only", "sequential,nope"]).unwrap_err();
-        assert!(err.contains("`nope`") && err.contains("contended"), "{err}");
+        assert!(err.contains("`nope`"), "{err}");
+        for workload in Workload::ALL {
+            assert!(err.contains(workload.name()), "{err}");
+        }
         assert!(run(&["--contenders", "3"]).is_err());
+    }
+
+    #[test]
+    fn every_workload_is_picked_by_its_name() {
+        for workload in Workload::ALL {
+            let config = run(&["--only", workload.name()]).unwrap();
+            assert_eq!(config.workloads, vec![workload]);
+        }
     }
 
     #[test]

@@ -4,14 +4,16 @@
 
 use crate::fifo_floor::{FifoFloor, FloorHeld};
 use distlock::{Backend, Lease, Lock};
+use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// TTL of the peers' locks and of `distlock-fixed`; long enough never to expire in a workload.
 pub(crate) const FIXED_TTL: Duration = Duration::from_secs(10);
-/// distlock's wait budget when a key is busy: far beyond any wait a workload can see, so a
-/// `Busy` result is a failure worth reporting, not part of the workload.
+/// distlock's wait budget when a key is busy, and distributed-lock-postgres's: far beyond any
+/// wait a workload can see, so a `Busy` result (a timeout) is a failure worth reporting, not part
+/// of the workload.
 const DISTLOCK_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) const RSLOCK_VERSION: &str = "0.10.0";
@@ -31,6 +33,10 @@ pub(crate) enum LibId {
     /// etcd's own lock service (`Lock`/`Unlock`, the server-side v3lock) through etcd-client,
     /// each lock bound to the client's session lease: the etcd workload's peer.
     EtcdLock,
+    /// distributed-lock-postgres: PostgreSQL session advisory locks (`pg_advisory_lock` on a
+    /// pooled sqlx 0.8 connection, held until `pg_advisory_unlock`): the postgres workload's
+    /// peer.
+    DistributedLockPg,
 }
 
 impl LibId {
@@ -49,6 +55,7 @@ impl LibId {
             LibId::Redlock => "redlock",
             LibId::FifoFloor => "fifo-floor",
             LibId::EtcdLock => "etcd-lock",
+            LibId::DistributedLockPg => "distributed-lock-pg",
         }
     }
 
@@ -75,6 +82,7 @@ enum Inner {
     Redlock(redlock::RedLock),
     FifoFloor(Box<FifoFloor>),
     EtcdLock(Box<EtcdSession>),
+    DistributedLockPg(distributed_lock_postgres::PostgresLockProvider),
 }
 
 /// An etcd-client connection, and the sessions its locks are taken in: etcd's lock service
@@ -134,6 +142,9 @@ pub(crate) enum Held {
     /// The key etcd's lock service answered with (what `Unlock` takes), and the session's
     /// lease, given back to the pool at the release.
     EtcdLock(Vec<u8>, i64),
+    /// The pooled connection that holds the advisory lock, given back to the pool at the
+    /// release.
+    DistributedLockPg(distributed_lock_postgres::handle::PostgresLockHandle),
 }
 
 impl Client {
@@ -157,6 +168,9 @@ impl Client {
             LibId::Redlock => Inner::Redlock(redlock::RedLock::new(urls)),
             LibId::FifoFloor => Inner::FifoFloor(Box::new(FifoFloor::new(url)?)),
             LibId::EtcdLock => return Err("etcd-lock connects with Client::etcd_lock".into()),
+            LibId::DistributedLockPg => {
+                return Err("distributed-lock-pg connects with Client::distributed_lock_pg".into())
+            }
         };
         Ok(Client { lib, inner })
     }
@@ -175,6 +189,21 @@ impl Client {
         Ok(Client {
             lib: LibId::EtcdLock,
             inner: Inner::EtcdLock(Box::new(session)),
+        })
+    }
+
+    /// distributed-lock-postgres on the PostgreSQL at `url`, through the pool its builder opens
+    /// from a connection string: sqlx's default pool, up to 10 connections, each checked by a
+    /// round trip when it is taken from the pool and again when it is given back.
+    pub(crate) async fn distributed_lock_pg(url: &str) -> Result<Client, String> {
+        let provider = distributed_lock_postgres::PostgresLockProviderBuilder::new()
+            .connection_string(url)
+            .build()
+            .await
+            .map_err(|err| format!("distributed-lock-postgres: {err}"))?;
+        Ok(Client {
+            lib: LibId::DistributedLockPg,
+            inner: Inner::DistributedLockPg(provider),
         })
     }
 
@@ -199,7 +228,9 @@ impl Client {
     /// Acquires `key`, waiting while another holder has it, the way each library documents
     /// waiting: distlock with a wait budget, rslock's `acquire` (which retries after a random
     /// delay of up to 200 ms), redlock's `lock` in a loop (what its `acquire` does, retrying
-    /// after a random sleep of up to 200 ms).
+    /// after a random sleep of up to 200 ms), distributed-lock-postgres's `acquire` with
+    /// distlock's wait budget (which PostgreSQL enforces as `lock_timeout` while the waiter sits
+    /// in its lock queue, inside `pg_advisory_lock`).
     pub(crate) async fn acquire(&self, key: &str) -> Result<Held, String> {
         match &self.inner {
             Inner::Distlock { backend, lease } => Lock::new(key)
@@ -244,6 +275,12 @@ impl Client {
                     }
                 }
             }
+            Inner::DistributedLockPg(provider) => provider
+                .create_lock(&peer_key("distributed-lock-pg", key))
+                .acquire(Some(DISTLOCK_WAIT))
+                .await
+                .map(Held::DistributedLockPg)
+                .map_err(|err| err.to_string()),
         }
     }
 
@@ -272,6 +309,11 @@ impl Client {
                 let unlocked = session.client.lock_client().unlock(key).await;
                 session.idle.lock().unwrap().push(lease);
                 unlocked.map(drop).map_err(|err| err.to_string())
+            }
+            // Its release answers `Ok` whatever `pg_advisory_unlock` answered (a failure is only
+            // logged), so an error here is never seen.
+            (Inner::DistributedLockPg(_), Held::DistributedLockPg(handle)) => {
+                handle.release().await.map_err(|err| err.to_string())
             }
             _ => Err("a lock released through another library's client".into()),
         }

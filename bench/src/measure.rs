@@ -68,13 +68,27 @@ pub(crate) fn process_cpu() -> Duration {
 /// CPU time (user + system) process `pid` has used, from `/proc/<pid>/stat`; zero where it
 /// cannot be read.
 pub(crate) fn cpu_of(pid: u32) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // The fields after the command name (which may hold spaces, inside parentheses): utime and
-    // stime are the 14th and 15th fields of the line, the 12th and 13th after `)`.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime: the 14th and 15th fields of the line.
+    stat_cpu(pid, 11, 12)
+}
+
+/// CPU time (user + system) the children of process `pid` used that have ended and been waited
+/// for, from `/proc/<pid>/stat`; zero where it cannot be read.
+pub(crate) fn ended_children_cpu_of(pid: u32) -> Duration {
+    // cutime and cstime: the 16th and 17th fields of the line.
+    stat_cpu(pid, 13, 14)
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat`.
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
+    // ppid: the 4th field of the line.
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The sum of two clock-tick fields of `/proc/<pid>/stat` (numbered as in [`stat_fields`]), as a
+/// duration; zero where they cannot be read.
+fn stat_cpu(pid: u32, user: usize, system: usize) -> Duration {
+    let fields = stat_fields(pid).unwrap_or_default();
     let ticks = |at: usize| {
         fields
             .get(at)
@@ -83,7 +97,15 @@ pub(crate) fn cpu_of(pid: u32) -> Duration {
     };
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_micros((ticks(11) + ticks(12)) * 1_000_000 / per_second)
+    Duration::from_micros((ticks(user) + ticks(system)) * 1_000_000 / per_second)
+}
+
+/// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces, inside
+/// parentheses): the line's 3rd field is the first of them.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after) = stat.rsplit_once(')')?;
+    Some(after.split_whitespace().map(str::to_owned).collect())
 }
 
 #[cfg(test)]
@@ -105,6 +127,15 @@ mod tests {
         assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(&mut []), None);
+    }
+
+    #[test]
+    fn this_process_is_read_back_from_proc() {
+        let me = std::process::id();
+        assert_eq!(parent_of(me), Some(std::os::unix::process::parent_id()));
+        spin(Duration::from_millis(30));
+        assert!(cpu_of(me) > Duration::ZERO);
+        assert_eq!(parent_of(u32::MAX), None);
     }
 
     #[test]

@@ -352,6 +352,7 @@ impl Report {
             targets.extend(self.spread_targets(section, processes, per_process));
         }
         targets.extend(self.open_loop_targets());
+        targets.extend(self.postgres_targets(config));
         // Reported, not judged: on two cores the masters and the client share the CPUs, so the
         // ratio is a CPU ratio, set by the fenced script every master runs.
         targets.push(Target::report(
@@ -426,6 +427,45 @@ impl Report {
             ));
         }
         targets
+    }
+
+    /// The postgres workload's targets: the sequential rate is reported, not judged (a lease row
+    /// is a committed write, an advisory lock is not); contended, distlock hands the lock on
+    /// through its queue where the peer polls, and the tasks must share the lock as evenly as on
+    /// the other servers.
+    fn postgres_targets(&self, config: &Config) -> [Target; 4] {
+        let d = LibId::Distlock;
+        [
+            Target::report(
+                "postgres_sequential",
+                "postgres: cycles/s as a ratio to distributed-lock-postgres",
+                self.num("postgres_sequential", d, "ratio_to_distributed_lock_pg"),
+            ),
+            Target::at_least(
+                "postgres_contended",
+                &format!(
+                    "postgres: critical sections/s, {} tasks, as a ratio to distributed-lock-postgres",
+                    config.contenders
+                ),
+                self.num("postgres_contended", d, "ratio_to_distributed_lock_pg"),
+                1.5,
+                "x",
+            ),
+            Target::at_least(
+                "postgres_contended",
+                "postgres: smallest worker share of the mean",
+                self.num("postgres_contended", d, "worker_share_min"),
+                0.8,
+                "",
+            ),
+            Target::at_most(
+                "postgres_contended",
+                "postgres: largest worker share of the mean",
+                self.num("postgres_contended", d, "worker_share_max"),
+                1.2,
+                "",
+            ),
+        ]
     }
 
     /// The targets of one [`WIDER_CONTENDED`] section: its throughput is reported, not judged
@@ -801,6 +841,8 @@ impl Report {
             );
         }
 
+        self.postgres_sections(&mut out, config);
+
         let _ = writeln!(out, "\nTargets (distlock, medians)");
         for t in &self.targets {
             let mark = match t.met {
@@ -816,6 +858,40 @@ impl Report {
             );
         }
         out
+    }
+
+    /// The postgres workload's tables: 10a and 10b.
+    fn postgres_sections(&self, out: &mut String, config: &Config) {
+        self.section(
+            out,
+            "postgres_sequential",
+            "10a. PostgreSQL (fsync off), sequential: 1 task, acquire + release of distinct keys",
+            &[
+                ("cycles/s", "cycles_per_s"),
+                ("p50 us", "p50_us"),
+                ("p99 us", "p99_us"),
+                ("x distributed-lock-pg", "ratio_to_distributed_lock_pg"),
+                ("client CPU us/cycle", "client_cpu_us_per_cycle"),
+                ("PostgreSQL CPU us/cycle", "postgres_cpu_us_per_cycle"),
+            ],
+        );
+        self.section(
+            out,
+            "postgres_contended",
+            &format!(
+                "10b. PostgreSQL (fsync off), contended: {} tasks in one process on one key",
+                config.contenders
+            ),
+            &[
+                ("CS/s", "cs_per_s"),
+                ("x distributed-lock-pg", "ratio_to_distributed_lock_pg"),
+                ("share min", "worker_share_min"),
+                ("share max", "worker_share_max"),
+                ("wait p50 us", "wait_p50_us"),
+                ("wait max us", "wait_max_us"),
+                ("violations", "violations"),
+            ],
+        );
     }
 
     fn section(&self, out: &mut String, section: &str, title: &str, columns: &[(&str, &str)]) {

@@ -6,9 +6,9 @@ use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
 use crate::workloads::{
-    attribute, contended, etcd, held, open_loop, redlock, replicated, uncontended,
+    attribute, contended, etcd, held, open_loop, postgres, redlock, replicated, uncontended,
 };
-use distlock_test_support::{EtcdCluster, RedisServer, ServerConfig};
+use distlock_test_support::{EtcdCluster, PgServer, RedisServer, ServerConfig};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 21] = [
+pub(crate) const SECTIONS: [&str; 23] = [
     "sequential",
     "parallel",
     "contended",
@@ -39,6 +39,8 @@ pub(crate) const SECTIONS: [&str; 21] = [
     "open_zipf_50",
     "open_zipf_75",
     "open_zipf_90",
+    "postgres_sequential",
+    "postgres_contended",
 ];
 
 /// The open-loop sections: key choice, offered rate in percent of rslock's closed-loop parallel
@@ -141,6 +143,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     let mut replicated_pair: Vec<RedisServer> = Vec::new();
     // The etcd workload's cluster, likewise.
     let mut etcd_cluster: Option<EtcdCluster> = None;
+    // The postgres workload's server, likewise.
+    let mut pg_server: Option<PgServer> = None;
     let mut measured = Measured {
         redis_version,
         placement,
@@ -182,8 +186,12 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                                     .await
                             }
                             // A fixed lease is never renewed: nothing to measure. The FIFO
-                            // floor and etcd's lock service are never among `config.libs`.
-                            LibId::DistlockFixed | LibId::FifoFloor | LibId::EtcdLock => continue,
+                            // floor, etcd's lock service and distributed-lock-postgres are never
+                            // among `config.libs`.
+                            LibId::DistlockFixed
+                            | LibId::FifoFloor
+                            | LibId::EtcdLock
+                            | LibId::DistributedLockPg => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -229,6 +237,20 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     let cluster = etcd_cluster.as_ref().expect("started above");
                     etcd::run(
                         cluster,
+                        config.duration,
+                        config.contenders,
+                        config.critical_section,
+                        rep,
+                    )
+                    .await
+                }
+                Workload::Postgres => {
+                    if pg_server.is_none() {
+                        pg_server = Some(postgres::start(config.pin)?);
+                    }
+                    let server = pg_server.as_ref().expect("started above");
+                    postgres::run(
+                        server,
                         config.duration,
                         config.contenders,
                         config.critical_section,

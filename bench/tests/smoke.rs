@@ -77,6 +77,25 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         assert_eq!(floor["violations"], 0.0, "{section}: {floor}");
     }
     assert!(json["results"]["sequential"]["fifo-floor"].is_null());
+    // The servers of their own: etcd's and PostgreSQL's sections have both rows.
+    for (section, peer) in [
+        ("etcd_sequential", "etcd-lock"),
+        ("etcd_contended", "etcd-lock"),
+        ("postgres_sequential", "distributed-lock-pg"),
+        ("postgres_contended", "distributed-lock-pg"),
+    ] {
+        for lib in ["distlock", peer] {
+            let row = &json["results"][section][lib];
+            assert!(
+                row.is_object() && row.get("na").is_none(),
+                "{section}: {lib} has no result: {row}"
+            );
+        }
+    }
+    assert_eq!(
+        json["results"]["postgres_contended"]["distlock"]["violations"], 0.0,
+        "{json}"
+    );
     // The multi-process sections count sections per process, one count per process.
     for (section, processes) in [
         ("contended_processes", 2),

@@ -1,10 +1,12 @@
-//! The eight workloads; each file measures one and returns its numbers as a JSON object.
+//! The workloads; each file measures one (`uncontended` two) and returns its numbers as a JSON
+//! object.
 
 pub(crate) mod attribute;
 pub(crate) mod contended;
 pub(crate) mod etcd;
 pub(crate) mod held;
 pub(crate) mod open_loop;
+pub(crate) mod postgres;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod uncontended;
