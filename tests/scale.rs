@@ -166,10 +166,12 @@ async fn round(fx: &SingleRedis, holder: &Backend, waiters: &Backend, keys: &[St
             acquired
         }));
     }
+    // Bounded generously: ten thousand debug-built tasks each ask twice and subscribe, and the
+    // server streams every command to the count; a slow machine has taken 105 s.
     until_channels(
         &fx.server,
         KEYS as i64 + HANDOVER_CHANNELS,
-        Duration::from_secs(120),
+        Duration::from_secs(300),
     )
     .await;
     let subscribed_in = started.elapsed();

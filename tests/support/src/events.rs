@@ -343,10 +343,21 @@ impl EventStream {
                 }
             }
         }
+        // Parsed in place and drained once: draining each event would move the rest of a
+        // burst (up to a MiB of `MONITOR` lines) once per event.
         let mut woken = false;
-        while let Some(event) = self.parse_one()? {
-            woken |= self.wakes(&event);
+        let mut parsed = 0;
+        loop {
+            match parse_reply(&self.received[parsed..]) {
+                Ok(Some((event, used))) => {
+                    parsed += used;
+                    woken |= self.wakes(&event);
+                }
+                Ok(None) => break,
+                Err(e) => return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e))),
+            }
         }
+        self.received.drain(..parsed);
         if woken {
             Poll::Ready(Ok(()))
         } else {
