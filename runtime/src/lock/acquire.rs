@@ -399,9 +399,15 @@ impl Request<'_> {
             (true, Some(left), _) => remaining.map_or(left, |budget| left.min(budget)),
             // Queued: the release's message (or notification) is what wakes it; it
             // asks again only to keep its place, or when the lock may be free. Without
-            // notifications in force (a server that cannot send them now) it polls.
-            (false, _, Some((_, grant))) if confirmed => {
-                keep_place(grant, busy.holder_ttl, remaining)
+            // notifications in force (a subscription not answered yet, or a server that
+            // cannot send them now) it polls too, but never past its place's keeping.
+            (false, _, Some((_, grant))) => {
+                let keep = keep_place(grant, busy.holder_ttl, remaining);
+                if confirmed {
+                    keep
+                } else {
+                    keep.min(backoff.next_delay(remaining, busy.holder_ttl))
+                }
             }
             _ => backoff.next_delay(remaining, busy.holder_ttl),
         };
