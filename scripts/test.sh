@@ -23,6 +23,8 @@ fi
 
 slow=(fairness conformance failover etcd)
 "${cargo_test[@]}" --no-run
+# Every target runs even after one fails, so that a run reports every failure.
+cargo_test+=(--no-fail-fast)
 # Every other test target of the workspace, by name.
 rest=$(cargo metadata --format-version 1 --no-deps --locked | python3 -c '
 import json, sys

@@ -144,13 +144,13 @@ async fn redlock_over_valkey_masters_releases_by_conditional_write_on_each() {
     let before = reads();
     cycles(&backend, "quorum", 20).await;
     // Every acquire script reads the key on each master: 60 reads. Releases by script would read
-    // it 60 times more. A conditional write reads nothing, except where it misses: a master whose
-    // vote differed from the token (a millisecond boundary between the masters' clocks, more
-    // often on a loaded machine) holds another value, and its script (and the token's
-    // write-back) read it.
+    // it 60 times more (120 or more in all). A conditional write reads nothing, except where it
+    // misses: a master whose vote differed from the token (a millisecond boundary between the
+    // masters' clocks, more often on a loaded machine: 98 reads seen beside the slow tests)
+    // holds another value, and its script (and the token's write-back) read it.
     let read = reads() - before;
     assert!(
-        (60..90).contains(&read),
+        (60..120).contains(&read),
         "{read} reads of the keys for 20 cycles on 3 masters: releases ran scripts"
     );
 }
