@@ -7,8 +7,9 @@
 #
 # With no arguments, every test target runs, in two lanes side by side once everything is
 # built: the slowest targets (the fairness matrices, the conformance suite, the failover
-# comparison, etcd's faults) in one, the rest and the doc tests in the other. No two tests share
-# a port or a directory, and most of their time is spent waiting on servers, not on the CPUs.
+# comparison, etcd's faults) in one, the rest and the doc tests in the other; then the scale
+# test alone. No two tests share a port or a directory, and most of their time is spent waiting
+# on servers, not on the CPUs.
 # With arguments, `cargo test` runs with them as given (one target:
 # `./scripts/test.sh -p distlock-tests --test postgres`).
 set -euo pipefail
@@ -22,6 +23,9 @@ if [ "$#" -gt 0 ]; then
 fi
 
 slow=(fairness conformance failover etcd)
+# Run last, with the CPUs to itself: ten thousand waiters subscribe one after another over one
+# connection, and beside the lanes that took longer than its bound.
+alone=(scale)
 "${cargo_test[@]}" --no-run
 # Every target runs even after one fails, so that a run reports every failure.
 cargo_test+=(--no-fail-fast)
@@ -32,10 +36,10 @@ slow = set(sys.argv[1:])
 names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"]
          if "test" in t["kind"] and t["name"] not in slow}
 print(" ".join("--test " + name for name in sorted(names)))
-' "${slow[@]}")
+' "${slow[@]}" "${alone[@]}")
 
 slow_log=$(mktemp)
-"${cargo_test[@]}" $(printf -- '--test %s ' "${slow[@]}") >"$slow_log" 2>&1 &
+"${cargo_test[@]}" $(printf -- '--test %s ' "${slow[@]}" "${alone[@]}") >"$slow_log" 2>&1 &
 slow_lane=$!
 status=0
 # shellcheck disable=SC2086 # one word per flag and name
@@ -45,4 +49,5 @@ wait "$slow_lane" || status=$?
 echo "--- the slow lane: ${slow[*]}"
 cat "$slow_log"
 rm -f "$slow_log"
+"${cargo_test[@]}" $(printf -- '--test %s ' "${alone[@]}") || status=$?
 exit "$status"
