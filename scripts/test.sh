@@ -7,9 +7,9 @@
 #
 # With no arguments, every test target runs, in two lanes side by side once everything is
 # built: the slowest targets (the fairness matrices, the conformance suite, the failover
-# comparison, etcd's faults) in one, the rest and the doc tests in the other; then the scale
-# test alone. No two tests share a port or a directory, and most of their time is spent waiting
-# on servers, not on the CPUs.
+# comparison, etcd's faults) in one, the rest and the doc tests in the other; then the tests
+# whose timing a busy machine shifts, alone. No two tests share a port or a directory, and most
+# of their time is spent waiting on servers, not on the CPUs.
 # With arguments, `cargo test` runs with them as given (one target:
 # `./scripts/test.sh -p distlock-tests --test postgres`).
 set -euo pipefail
@@ -23,9 +23,11 @@ if [ "$#" -gt 0 ]; then
 fi
 
 slow=(fairness conformance failover etcd)
-# Run last, with the CPUs to itself: ten thousand waiters subscribe one after another over one
-# connection, and beside the lanes that took longer than its bound.
-alone=(scale)
+# Run last, with the CPUs to themselves: the scale test's ten thousand waiters subscribe one
+# after another over one connection, and beside the lanes took longer than its bound; the
+# cancellation test aims at phases it times first, and safety's two processes must each find
+# the lock busy: timings the lanes beside them would shift.
+alone=(scale cancellation safety)
 "${cargo_test[@]}" --no-run
 # Every target runs even after one fails, so that a run reports every failure.
 cargo_test+=(--no-fail-fast)
