@@ -35,6 +35,9 @@ struct Member {
     child: Option<Arc<Child>>,
 }
 
+/// Cluster starts tried when a member finds its port taken.
+const PORT_ATTEMPTS: usize = 5;
+
 /// A running etcd cluster; dropping it kills every member and removes the data dirs.
 pub struct EtcdCluster {
     members: Vec<Member>,
@@ -49,6 +52,19 @@ impl EtcdCluster {
     ///
     /// If `etcd` cannot be run, or a member is not ready within 30 s (with its log's tail).
     pub fn start(size: usize) -> EtcdCluster {
+        // A free port is only a hint: another process (the other lane of scripts/test.sh) may
+        // bind it first. A member that finds its port taken starts the cluster over on new ones.
+        for _ in 0..PORT_ATTEMPTS {
+            match EtcdCluster::try_start(size) {
+                Ok(cluster) => return cluster,
+                Err(why) if why.contains("address already in use") => {}
+                Err(why) => panic!("{why}"),
+            }
+        }
+        panic!("etcd: a port was taken {PORT_ATTEMPTS} times in a row");
+    }
+
+    fn try_start(size: usize) -> Result<EtcdCluster, String> {
         // etcd syncs every write to disk before it answers; on a shared disk that, not etcd,
         // would set every test's pace. Memory-backed dirs keep the syncs and lose their cost.
         let shm = Path::new("/dev/shm");
@@ -79,9 +95,9 @@ impl EtcdCluster {
             cluster.members[i].child = Some(child);
         }
         for i in 0..size {
-            cluster.wait_ready(i);
+            cluster.ready(i)?;
         }
-        cluster
+        Ok(cluster)
     }
 
     fn spawn(&self, i: usize, state: &str) -> Arc<Child> {
@@ -115,16 +131,23 @@ impl EtcdCluster {
     }
 
     fn wait_ready(&self, i: usize) {
+        if let Err(why) = self.ready(i) {
+            panic!("{why}");
+        }
+    }
+
+    /// Waits until member `i` serves clients; what its log says if it does not.
+    fn ready(&self, i: usize) -> Result<(), String> {
         let member = &self.members[i];
         let child = member.child.as_ref().expect("started");
         match child.wait_for_output(READY_LINE, Instant::now() + START_DEADLINE) {
-            Outcome::Found => {}
-            outcome => panic!(
+            Outcome::Found => Ok(()),
+            outcome => Err(format!(
                 "etcd member {} (client port {}) not ready ({outcome:?}); log:\n{}",
                 member.name,
                 member.client_port,
                 tail(&child.output())
-            ),
+            )),
         }
     }
 
