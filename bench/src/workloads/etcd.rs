@@ -7,16 +7,18 @@
 
 use super::Outcome;
 use crate::clients::{Client, LibId};
-use crate::measure::{cpu_of, process_cpu};
+use crate::measure::cpu_of;
 use crate::workloads::contended::{analyze, contend};
-use crate::workloads::redlock::cycles;
+use crate::workloads::{cycles_with_cpu, relate_to};
 use distlock_test_support::EtcdCluster;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The libraries of this workload: distlock on etcd, and etcd's lock service.
 const LIBS: [LibId; 2] = [LibId::Distlock, LibId::EtcdLock];
+
+/// The field each row gets: its rate as a ratio to etcd-lock's.
+const RATIO: &str = "ratio_to_etcd_lock";
 
 /// One repetition: each library, sequential then contended, in the same order.
 pub(crate) async fn run(
@@ -40,22 +42,14 @@ pub(crate) async fn run(
         };
         let members = cluster.pids();
         let cpu_of_members = || members.iter().map(|&pid| cpu_of(pid)).sum::<Duration>();
-        let (client_before, members_before) = (process_cpu(), cpu_of_members());
-        let mut outcome = cycles(&client, duration, &tag).await;
-        let client_cpu = process_cpu().saturating_sub(client_before);
-        let members_cpu = cpu_of_members().saturating_sub(members_before);
-        if let Ok(result) = &mut outcome {
-            let cycles = result.get("cycles").and_then(Value::as_f64).unwrap_or(1.0);
-            let per_cycle = |cpu: Duration| cpu.as_secs_f64() * 1e6 / cycles.max(1.0);
-            result.insert(
-                "client_cpu_us_per_cycle".into(),
-                per_cycle(client_cpu).into(),
-            );
-            result.insert(
-                "etcd_cpu_us_per_cycle".into(),
-                per_cycle(members_cpu).into(),
-            );
-        }
+        let outcome = cycles_with_cpu(
+            &client,
+            duration,
+            &tag,
+            "etcd_cpu_us_per_cycle",
+            cpu_of_members,
+        )
+        .await;
         sequential.push((lib, outcome));
         let outcome = contend(
             &client,
@@ -69,8 +63,8 @@ pub(crate) async fn run(
         .and_then(|acquisitions| analyze(acquisitions, contenders, 1));
         contended.push((lib, outcome));
     }
-    relate_to_etcd_lock(&mut sequential, "cycles_per_s");
-    relate_to_etcd_lock(&mut contended, "cs_per_s");
+    relate_to(&mut sequential, LibId::EtcdLock, "cycles_per_s", RATIO);
+    relate_to(&mut contended, LibId::EtcdLock, "cs_per_s", RATIO);
     vec![
         ("etcd_sequential", sequential),
         ("etcd_contended", contended),
@@ -86,22 +80,4 @@ async fn connect_warm(lib: LibId, cluster: &EtcdCluster, tag: &str) -> Result<Ar
     let client = Arc::new(client);
     client.warm_up(tag).await?;
     Ok(client)
-}
-
-/// Adds `ratio_to_etcd_lock` of `key` to every row, against etcd-lock's row.
-fn relate_to_etcd_lock(rows: &mut [(LibId, Outcome)], key: &str) {
-    let reference = rows.iter().find_map(|(lib, outcome)| match (lib, outcome) {
-        (LibId::EtcdLock, Ok(result)) => result.get(key).and_then(Value::as_f64),
-        _ => None,
-    });
-    let Some(reference) = reference.filter(|rate| *rate > 0.0) else {
-        return;
-    };
-    for (_, outcome) in rows.iter_mut() {
-        if let Ok(result) = outcome {
-            if let Some(rate) = result.get(key).and_then(Value::as_f64) {
-                result.insert("ratio_to_etcd_lock".into(), (rate / reference).into());
-            }
-        }
-    }
 }

@@ -12,12 +12,11 @@
 
 use super::Outcome;
 use crate::clients::{Client, LibId};
-use crate::measure::{cpu_of, ended_children_cpu_of, parent_of, process_cpu};
+use crate::measure::{cpu_of, ended_children_cpu_of, parent_of};
 use crate::pin::Pin;
 use crate::workloads::contended::{analyze, contend};
-use crate::workloads::redlock::cycles;
+use crate::workloads::{cycles_with_cpu, relate_to};
 use distlock_test_support::PgServer;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +25,9 @@ const LIBS: [LibId; 2] = [LibId::Distlock, LibId::DistributedLockPg];
 
 /// The schema distlock's lock tables are installed in: its default.
 const SCHEMA: &str = "distlock";
+
+/// The field each row gets: its rate as a ratio to distributed-lock-postgres's.
+const RATIO: &str = "ratio_to_distributed_lock_pg";
 
 /// A PostgreSQL server for the workload (`fsync` off), every process of it placed by `pin`,
 /// with distlock's schema installed.
@@ -61,22 +63,10 @@ pub(crate) async fn run(
             }
         };
         let postmaster = server.pid();
-        let (client_before, server_before) = (process_cpu(), server_cpu(postmaster));
-        let mut outcome = cycles(&client, duration, &tag).await;
-        let client_cpu = process_cpu().saturating_sub(client_before);
-        let postgres_cpu = server_cpu(postmaster).saturating_sub(server_before);
-        if let Ok(result) = &mut outcome {
-            let cycles = result.get("cycles").and_then(Value::as_f64).unwrap_or(1.0);
-            let per_cycle = |cpu: Duration| cpu.as_secs_f64() * 1e6 / cycles.max(1.0);
-            result.insert(
-                "client_cpu_us_per_cycle".into(),
-                per_cycle(client_cpu).into(),
-            );
-            result.insert(
-                "postgres_cpu_us_per_cycle".into(),
-                per_cycle(postgres_cpu).into(),
-            );
-        }
+        let outcome = cycles_with_cpu(&client, duration, &tag, "postgres_cpu_us_per_cycle", || {
+            server_cpu(postmaster)
+        })
+        .await;
         sequential.push((lib, outcome));
         let outcome = contend(
             &client,
@@ -90,8 +80,13 @@ pub(crate) async fn run(
         .and_then(|acquisitions| analyze(acquisitions, contenders, 1));
         contended.push((lib, outcome));
     }
-    relate_to_distributed_lock_pg(&mut sequential, "cycles_per_s");
-    relate_to_distributed_lock_pg(&mut contended, "cs_per_s");
+    relate_to(
+        &mut sequential,
+        LibId::DistributedLockPg,
+        "cycles_per_s",
+        RATIO,
+    );
+    relate_to(&mut contended, LibId::DistributedLockPg, "cs_per_s", RATIO);
     vec![
         ("postgres_sequential", sequential),
         ("postgres_contended", contended),
@@ -126,25 +121,4 @@ fn server_cpu(postmaster: u32) -> Duration {
     let ended = ended_children_cpu_of(postmaster);
     let running: Duration = processes(postmaster).into_iter().map(cpu_of).sum();
     ended + running
-}
-
-/// Adds `ratio_to_distributed_lock_pg` of `key` to every row, against distributed-lock-pg's row.
-fn relate_to_distributed_lock_pg(rows: &mut [(LibId, Outcome)], key: &str) {
-    let reference = rows.iter().find_map(|(lib, outcome)| match (lib, outcome) {
-        (LibId::DistributedLockPg, Ok(result)) => result.get(key).and_then(Value::as_f64),
-        _ => None,
-    });
-    let Some(reference) = reference.filter(|rate| *rate > 0.0) else {
-        return;
-    };
-    for (_, outcome) in rows.iter_mut() {
-        if let Ok(result) = outcome {
-            if let Some(rate) = result.get(key).and_then(Value::as_f64) {
-                result.insert(
-                    "ratio_to_distributed_lock_pg".into(),
-                    (rate / reference).into(),
-                );
-            }
-        }
-    }
 }
