@@ -48,13 +48,6 @@ impl EngineSpec for PgSpec {
             settings.prefix,
             settings.holder_label,
         );
-        let engine = Arc::new(QueueEngine::new(store, settings.timeouts.response));
-        #[cfg(distlock_test_hooks)]
-        settings.hooks.show(
-            crate::hooks::Probe::WatchedChannels,
-            &engine,
-            QueueEngine::watched_channels,
-        );
-        Ok(engine)
+        Ok(QueueEngine::open(store, settings))
     }
 }

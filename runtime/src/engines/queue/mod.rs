@@ -21,6 +21,7 @@ mod watches;
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineFailure, EngineResult, GrantedAs, Holder, Ownership, Renewal,
 };
+use crate::engines::settings::EngineSettings;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
@@ -50,6 +51,19 @@ impl<S: Store> QueueEngine<S> {
             store,
             joining: Joining::default(),
         }
+    }
+
+    /// The engine on `store`, as a deployment opens it: with the response timeout of
+    /// `settings`, and its watched channels shown to the test hooks.
+    pub(crate) fn open(store: S, settings: &EngineSettings<'_>) -> Arc<dyn Engine> {
+        let engine = Arc::new(QueueEngine::new(store, settings.timeouts.response));
+        #[cfg(distlock_test_hooks)]
+        settings.hooks.show(
+            crate::hooks::Probe::WatchedChannels,
+            &engine,
+            QueueEngine::watched_channels,
+        );
+        engine
     }
 
     /// Joins `key`'s queue as `kind` (or keeps the place in it), and answers whether the
