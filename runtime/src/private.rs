@@ -77,7 +77,62 @@ pub mod raw {
         }
     }
 
-    pub use crate::engines::in_process::twin::{lua_source, HolderReply, Twin};
+    pub use crate::engines::in_process::twin::{
+        lua_source, HolderReply, Mutation, Stored, StoredValue, Twin,
+    };
+
+    /// The client's rules as the runtime applies them, for the model checker (`tests/model`),
+    /// which runs these functions rather than copies of them.
+    pub mod rules {
+        use crate::lock::kind::LockKind;
+        use std::time::Duration;
+
+        /// How long a lease of `ttl` is relied on from the request's send time
+        /// (`lock/policy.rs`: `valid_for`).
+        pub fn valid_for(ttl: Duration, drift_factor: f64) -> Duration {
+            crate::lock::policy::valid_for(ttl, drift_factor)
+        }
+
+        /// The default clock drift factor (`BackendBuilder::clock_drift_factor`).
+        pub const DRIFT_FACTOR: f64 = crate::backend::builder::DEFAULT_DRIFT_FACTOR;
+
+        /// How long a queued waiter waits before it asks again unless woken
+        /// (`lock/acquire.rs`: `keep_place`).
+        pub fn keep_place(
+            grant: Duration,
+            holder_ttl: Option<Duration>,
+            remaining: Option<Duration>,
+        ) -> Duration {
+            crate::lock::acquire::keep_place(grant, holder_ttl, remaining)
+        }
+
+        /// A handover is taken as it comes only with this much of its grant time left
+        /// (`lock/acquire.rs`: `HANDOVER_MARGIN`).
+        pub const HANDOVER_MARGIN: Duration = crate::lock::acquire::HANDOVER_MARGIN;
+
+        /// How long a waiting writer's intent holds new readers back, and how often it is
+        /// renewed (`lock/kind.rs`).
+        pub const WRITER_INTENT: Duration = crate::lock::kind::WRITER_INTENT;
+        pub const WRITER_RETRY: Duration = crate::lock::kind::WRITER_RETRY;
+
+        /// Whether the entry at `place` of a queue whose entries ask for `kinds` (oldest first;
+        /// `None`: a kind this version does not know) holds the lock (`engines/queue/order.rs`:
+        /// `holds`).
+        pub fn queue_holds(kinds: &[Option<LockKind>], place: usize) -> bool {
+            let entries: Vec<_> = kinds
+                .iter()
+                .enumerate()
+                .map(|(at, kind)| crate::engines::queue::order::Entry {
+                    owner: at.to_string(),
+                    token: at as u64,
+                    lease: (),
+                    kind: *kind,
+                    label: String::new(),
+                })
+                .collect();
+            crate::engines::queue::order::holds(&entries, place)
+        }
+    }
 
     /// A fresh random owner token.
     pub fn new_owner() -> String {

@@ -8,6 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The fraction of a lease taken off its validity for clock drift, unless set.
+pub(crate) const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
 /// [`BackendBuilder::local_batch`]'s default: a local transfer costs one round trip and a script,
 /// 50–150 µs on loopback, so a process hands a busy key on several times before yielding it.
 const DEFAULT_LOCAL_BATCH: Duration = Duration::from_millis(1);
@@ -126,7 +129,7 @@ impl BackendBuilder {
             renew_batch: 256,
             local_batch: DEFAULT_LOCAL_BATCH,
             max_backoff: Duration::from_millis(100),
-            drift_factor: 0.01,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
             timeouts: Timeouts::default(),
             master_timeout: None,
             min_replicas: 0,

@@ -492,13 +492,13 @@ struct Busy {
 
 /// A handover is taken as it comes only with at least this much of its grant time left: enough
 /// for the watchdog's confirmation to come back before it runs out.
-const HANDOVER_MARGIN: Duration = Duration::from_millis(50);
+pub(crate) const HANDOVER_MARGIN: Duration = Duration::from_millis(50);
 
 /// How long a queued waiter waits before it asks again, unless woken: a third of its grant time,
 /// so that its place (which lapses a grant time after its last ask) is kept with two asks to
 /// spare; at most until the holder's lease ends (+1 ms), when the lock may be free and the
 /// first waiter must take it by asking, and never past the wait budget.
-fn keep_place(
+pub(crate) fn keep_place(
     grant: Duration,
     holder_ttl: Option<Duration>,
     remaining: Option<Duration>,

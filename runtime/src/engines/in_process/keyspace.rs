@@ -56,10 +56,20 @@ impl Keyspace {
             .map_or(0, |since| since.as_micros() as u64)
     }
 
-    /// Sets the server clock (`TIME`) to `now_us` from now on.
+    /// Sets the server clock (`TIME`) to `now_us` from now on: TTLs run on it too.
     #[cfg(distlock_test_hooks)]
     pub(crate) fn set_clock(&mut self, now_us: u64) {
         self.clock_us = Some(now_us);
+    }
+
+    /// The instant TTLs are measured against: the monotonic clock, or the set server clock
+    /// as an instant (so that a test's clock moves TTLs too).
+    fn now(&self) -> Instant {
+        #[cfg(distlock_test_hooks)]
+        if let Some(now) = self.clock_us {
+            return clock_epoch() + Duration::from_micros(now);
+        }
+        Instant::now()
     }
 
     /// `ZRANGE key 0 -1 WITHSCORES`.
@@ -78,7 +88,7 @@ impl Keyspace {
         self.commands_since_sweep += 1;
         if self.commands_since_sweep >= SWEEP_EVERY {
             self.commands_since_sweep = 0;
-            let now = Instant::now();
+            let now = self.now();
             self.items
                 .retain(|_, item| item.expires_at.is_none_or(|at| at > now));
             crate::util::sparse::shrink_when_sparse(&mut self.items);
@@ -87,7 +97,7 @@ impl Keyspace {
             .items
             .get(key)
             .and_then(|item| item.expires_at)
-            .is_some_and(|at| at <= Instant::now());
+            .is_some_and(|at| at <= self.now());
         if expired {
             self.items.remove(key);
         }
@@ -106,7 +116,7 @@ impl Keyspace {
     pub(crate) fn set(&mut self, key: &str, value: String, ttl: Ttl) {
         let kept = match ttl {
             Ttl::Keep => self.live(key).and_then(|item| item.expires_at),
-            Ttl::Px(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+            Ttl::Px(ms) => Some(self.now() + Duration::from_millis(ms)),
         };
         self.items.insert(
             key.to_owned(),
@@ -143,9 +153,10 @@ impl Keyspace {
 
     /// `PEXPIRE key ms`: `true` when the key exists.
     pub(crate) fn pexpire(&mut self, key: &str, ms: u64) -> bool {
+        let at = self.now() + Duration::from_millis(ms);
         match self.live(key) {
             Some(item) => {
-                item.expires_at = Some(Instant::now() + Duration::from_millis(ms));
+                item.expires_at = Some(at);
                 true
             }
             None => false,
@@ -154,6 +165,7 @@ impl Keyspace {
 
     /// `PTTL key`: the milliseconds left; -2 for no key, -1 for no TTL.
     pub(crate) fn pttl(&mut self, key: &str) -> i64 {
+        let now = self.now();
         match self.live(key) {
             None => -2,
             Some(Item {
@@ -162,7 +174,7 @@ impl Keyspace {
             Some(Item {
                 expires_at: Some(at),
                 ..
-            }) => at.saturating_duration_since(Instant::now()).as_millis() as i64,
+            }) => at.saturating_duration_since(now).as_millis() as i64,
         }
     }
 
@@ -178,7 +190,7 @@ impl Keyspace {
 
     /// Every live key matching `keep`.
     pub(crate) fn keys(&mut self, mut keep: impl FnMut(&str) -> bool) -> Vec<String> {
-        let now = Instant::now();
+        let now = self.now();
         self.items
             .iter()
             .filter(|(key, item)| item.expires_at.is_none_or(|at| at > now) && keep(key))
@@ -277,6 +289,88 @@ impl Keyspace {
         let set = self.zset(key)?;
         let (_, member) = set.order.range((min + 1, String::new())..).next()?;
         Some(member.clone())
+    }
+}
+
+/// The instant a set server clock counts from (its 0 µs), one per process.
+#[cfg(distlock_test_hooks)]
+fn clock_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// One live key as [`Keyspace::snapshot`] gives it: its name, its value, and when it expires on
+/// the set clock (µs; `None`: never).
+#[cfg(distlock_test_hooks)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Stored {
+    /// The key's name.
+    pub key: String,
+    /// Its value.
+    pub value: StoredValue,
+    /// When it expires, in µs on the set clock (`None`: never).
+    pub expires_us: Option<u64>,
+}
+
+/// A key's value in a [`Stored`]: a string, or a sorted set's members in order.
+#[cfg(distlock_test_hooks)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StoredValue {
+    /// A string.
+    String(String),
+    /// A sorted set: (score, member), in Redis's order.
+    SortedSet(Vec<(i64, String)>),
+}
+
+#[cfg(distlock_test_hooks)]
+impl Keyspace {
+    /// Every live key at the set clock, sorted by name: a value to compare and hash (the model
+    /// checker's state). Needs the clock set.
+    pub(crate) fn snapshot(&mut self) -> Vec<Stored> {
+        let now = self.now();
+        let mut stored: Vec<Stored> = self
+            .items
+            .iter()
+            .filter(|(_, item)| item.expires_at.is_none_or(|at| at > now))
+            .map(|(key, item)| Stored {
+                key: key.clone(),
+                value: match &item.data {
+                    Data::String(value) => StoredValue::String(value.clone()),
+                    Data::SortedSet(set) => {
+                        StoredValue::SortedSet(set.order.iter().cloned().collect())
+                    }
+                },
+                expires_us: item
+                    .expires_at
+                    .map(|at| at.duration_since(clock_epoch()).as_micros() as u64),
+            })
+            .collect();
+        stored.sort();
+        stored
+    }
+
+    /// A keyspace holding `stored`, its clock at `now_us`.
+    pub(crate) fn restore(stored: &[Stored], now_us: u64) -> Keyspace {
+        let mut keys = Keyspace::default();
+        keys.set_clock(now_us);
+        for one in stored {
+            let data = match &one.value {
+                StoredValue::String(value) => Data::String(value.clone()),
+                StoredValue::SortedSet(members) => Data::SortedSet(SortedSet {
+                    scores: members
+                        .iter()
+                        .map(|(score, member)| (member.clone(), *score))
+                        .collect(),
+                    order: members.iter().cloned().collect(),
+                }),
+            };
+            let expires_at = one
+                .expires_us
+                .map(|us| clock_epoch() + Duration::from_micros(us));
+            keys.items
+                .insert(one.key.clone(), Item { data, expires_at });
+        }
+        keys
     }
 }
 

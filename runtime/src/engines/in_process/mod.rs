@@ -54,6 +54,8 @@ impl InProcessEngine {
                 marker_ttl_ms: millis::arg(marker_ttl),
                 window_ms: 0,
                 hands_over: true,
+                #[cfg(distlock_test_hooks)]
+                mutation: None,
             },
             prefix: prefix.to_owned(),
             channels: Arc::new(Channels::in_process()),

@@ -29,6 +29,28 @@ pub(crate) struct Settings {
     pub(crate) window_ms: u64,
     /// A waited-on lock is handed over to the first queued waiter (`release.lua`'s `ARGV[5]`).
     pub(crate) hands_over: bool,
+    /// A known-bad transition in place of the right one: the model checker (`tests/model`)
+    /// turns one on to see its properties fail.
+    #[cfg(distlock_test_hooks)]
+    pub(crate) mutation: Option<Mutation>,
+}
+
+/// The known-bad transitions the model checker re-introduces (`tests/model`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The queue records only its first waiter: the others are told "busy" and poll.
+    FirstWaiterOnly,
+    /// A release frees (or hands over) the lock whoever holds it.
+    ReleaseIgnoresOwner,
+}
+
+/// Whether the model checker turned `mutation` on (never, outside the test hooks).
+#[allow(unused_variables)]
+fn mutated(settings: &Settings, mutation: Mutation) -> bool {
+    #[cfg(distlock_test_hooks)]
+    return settings.mutation == Some(mutation);
+    #[cfg(not(distlock_test_hooks))]
+    false
 }
 
 /// The messages a script published, in order: (channel, message).
@@ -361,6 +383,10 @@ fn behind_the_queue(
 /// `acquire.lua`'s `queue_up`: the caller queued behind the holder or first waiter; whether
 /// its place was kept (`None`: the queue is full).
 fn queue_up(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> Option<bool> {
+    let mine = is_queued(keys, &call.lock, &call.owner);
+    if mutated(settings, Mutation::FirstWaiterOnly) && !mine && anyone_queued(keys, &call.lock) {
+        return None;
+    }
     let grant_ms = settings.grant_ms.min(call.ttl_ms);
     let entry = entry_for(grant_ms, &call.owner, &settings.label);
     join_queue(
@@ -446,7 +472,7 @@ fn release_held(
             return Release::Transferred { token: held.token };
         }
     }
-    if holder != owner {
+    if holder != owner && !mutated(settings, Mutation::ReleaseIgnoresOwner) {
         if let Some((token, _, Some(_), _)) = successor {
             if is_queued(keys, lock, token) {
                 return Release::HandedOverSuccessorQueued;

@@ -10,6 +10,9 @@ use super::scripts::{
 use crate::engines::engine::Asker;
 use crate::engines::redis::protocol::{self, Acquire};
 
+pub use super::keyspace::{Stored, StoredValue};
+pub use super::scripts::Mutation;
+
 /// The Lua sources, by script name (`acquire`, `release`, `renew`, `shared_acquire`,
 /// `shared_release`, `inspect`, `unlock`), as the server runs them.
 pub fn lua_source(script: &str) -> &'static str {
@@ -44,14 +47,31 @@ impl Twin {
                 marker_ttl_ms,
                 window_ms,
                 hands_over,
+                mutation: None,
             },
             published: Published::new(),
         }
     }
 
-    /// The server clock from now on, in µs since the epoch (the real clock when not set).
+    /// The server clock from now on, in µs since the epoch (the real clock when not set); TTLs
+    /// run on it once it is set.
     pub fn set_clock(&mut self, now_us: u64) {
         self.keys.set_clock(now_us);
+    }
+
+    /// Runs the scripts with `mutation` in place of the right transition from now on.
+    pub fn set_mutation(&mut self, mutation: Option<Mutation>) {
+        self.settings.mutation = mutation;
+    }
+
+    /// Every live key, sorted by name, at the set clock (which must be set).
+    pub fn snapshot(&mut self) -> Vec<Stored> {
+        self.keys.snapshot()
+    }
+
+    /// The keyspace replaced by `stored`, the clock set to `now_us`.
+    pub fn restore(&mut self, stored: &[Stored], now_us: u64) {
+        self.keys = Keyspace::restore(stored, now_us);
     }
 
     /// `acquire.lua` for one key: its two integers.
