@@ -241,6 +241,69 @@ async fn a_handover_to_a_vanished_waiter_expires_and_the_lock_moves_on() {
     back.release().await.unwrap();
 }
 
+/// A waiter whose lost reply may have queued it anew confirms a late handover message by asking:
+/// it does not take it as a grant counted from the retry's send time. Found by the model
+/// checker (tests/model): a waiter quiet past the grant time of a handover to it (here, a reply
+/// held back 700 ms), whose next request was queued anew and lost its reply, heard "queued,
+/// the place kept" from the retry; the lapsed handover's message, late (held back 900 ms), then
+/// made it a holder beside the process that took the lock after the lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_handover_after_a_lost_reply_is_confirmed_by_asking() {
+    let fx = SingleRedis::start(|b| b);
+    let (waiting, other) = (
+        labelled(&fx.server, "waiting-process"),
+        labelled(&fx.server, "other-process"),
+    );
+    let holder = Lock::new("late")
+        .on(fx.backend())
+        .lease(Lease::Fixed(LONG))
+        .acquire()
+        .await
+        .unwrap();
+    let mut late = spawn_long_waiter(&waiting, "late");
+    // Asked, subscribed, asked again: the handover's message will reach it.
+    let asked_twice = raw::until_local(LONG, async || waiting.stats().busy_replies >= 2).await;
+    assert!(asked_twice, "{:?}", waiting.stats());
+    let second = spawn_long_waiter(&other, "late");
+    let queued = fx
+        .server
+        .wait_until(Duration::from_secs(5), async || {
+            common::queued(&fx.server, &SingleRedis::lock_key("late")).len() == 2
+        })
+        .await;
+    assert!(queued, "the other process's waiter never queued");
+
+    // The waiter's next reply is held back past the grant time; then the lock is handed to it.
+    raw::set_acquire_reply_delay(&waiting, Duration::from_millis(700));
+    let held = raw::until_local(LONG, async || raw::acquire_replies_held(&waiting) >= 1).await;
+    assert!(held, "the waiter never asked again");
+    raw::set_handover_message_delay(&waiting, Duration::from_millis(900));
+    raw::lose_next_anew_reply(&waiting);
+    assert_eq!(holder.release().await.unwrap(), Released::Released);
+    raw::set_acquire_reply_delay(&waiting, Duration::ZERO);
+    let (_, guard) = second.await.unwrap().unwrap();
+    let lost = raw::until_local(LONG, async || !raw::anew_reply_still_to_lose(&waiting)).await;
+    assert!(lost, "the waiter was never queued anew");
+
+    // The late message comes about 200 ms after that: the waiter must not hold beside `guard`.
+    let early = tokio::time::timeout(Duration::from_millis(800), &mut late).await;
+    if let Ok(Ok(Ok((_, beside)))) = &early {
+        panic!(
+            "the waiter holds with token {} beside the other process's {}",
+            beside.fencing_token(),
+            guard.fencing_token()
+        );
+    }
+    assert!(early.is_err(), "the waiter ended early: {early:?}");
+    let (token, released_at) = (guard.fencing_token(), Instant::now());
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let (back_at, back) = late.await.unwrap().unwrap();
+    assert!(back_at >= released_at, "held while the other process did");
+    assert!(back.fencing_token() > token);
+    assert_eq!(waiting.stats().handed_over, 0, "{:?}", waiting.stats());
+    back.release().await.unwrap();
+}
+
 /// A next waiter that stops asking (its process cut off from the server while it waits) loses its
 /// place when its grant time runs out: the release frees the lock, as for any waited-on lock,
 /// instead of handing it to nobody.

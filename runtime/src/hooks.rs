@@ -26,6 +26,17 @@ pub(crate) struct TestHooks {
     /// The reply to a local transfer's first request is treated as lost after the transfer ran.
     #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
     pub(crate) lose_first_transfer_reply: bool,
+    /// Acquire replies held back by `acquire_reply_delay` so far (a counter tests wait on).
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
+    pub(crate) acquire_replies_held: u32,
+    /// The next acquire reply that says "queued anew" is treated as lost (the request ran): the
+    /// retry then hears "queued, the place kept" (one shot).
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
+    pub(crate) lose_anew_acquire_reply: bool,
+    /// A pause before a handover message (`G…`) on a Redis notification connection is acted on:
+    /// a message that comes late, after the waiter asked again.
+    #[cfg_attr(not(distlock_test_hooks), allow(dead_code))]
+    pub(crate) handover_message_delay: Duration,
     /// The shortest backoff sleep, so that a missed wake-up shows as a long delay.
     pub(crate) backoff_floor: Duration,
     /// A pause between the server's SUBSCRIBE reply and the local confirmation: the window in

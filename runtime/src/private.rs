@@ -323,6 +323,32 @@ pub mod raw {
         });
     }
 
+    /// Test hook: treat the next acquire reply that says "queued anew" as lost (the request
+    /// ran), so that the retry hears "queued, the place kept".
+    pub fn lose_next_anew_reply(backend: &Backend) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.lose_anew_acquire_reply = true;
+        });
+    }
+
+    /// How many acquire replies [`set_acquire_reply_delay`] has held back so far.
+    pub fn acquire_replies_held(backend: &Backend) -> u32 {
+        crate::hooks::read(&backend.inner.hooks).acquire_replies_held
+    }
+
+    /// Whether the reply [`lose_next_anew_reply`] asked to lose is still to come.
+    pub fn anew_reply_still_to_lose(backend: &Backend) -> bool {
+        crate::hooks::read(&backend.inner.hooks).lose_anew_acquire_reply
+    }
+
+    /// Test hook: act on handover messages of a Redis notification connection only this long
+    /// after they came.
+    pub fn set_handover_message_delay(backend: &Backend, delay: Duration) {
+        crate::hooks::set(&backend.inner.hooks, |hooks| {
+            hooks.handover_message_delay = delay;
+        });
+    }
+
     /// Test hook: pause this long between a "busy" reply and the subscription to the key's
     /// release notifications — the window subscribe-before-check closes.
     pub fn set_subscribe_delay(backend: &Backend, delay: Duration) {

@@ -267,14 +267,31 @@ impl Request<'_> {
             )
             .await;
         #[cfg(distlock_test_hooks)]
-        {
-            let delay = hooks::read(&self.backend.inner.hooks).acquire_reply_delay;
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-        }
+        let outcome = self.test_hooks_on_reply(outcome).await;
         attempt.in_flight = false;
         (outcome, sent_at)
+    }
+
+    /// The test hooks' say on an acquire's reply: held back a while, or lost.
+    #[cfg(distlock_test_hooks)]
+    async fn test_hooks_on_reply(
+        &self,
+        outcome: Result<Acquired, EngineFailure>,
+    ) -> Result<Acquired, EngineFailure> {
+        let test_hooks = &self.backend.inner.hooks;
+        let delay = hooks::read(test_hooks).acquire_reply_delay;
+        if !delay.is_zero() {
+            hooks::set(test_hooks, |hooks| hooks.acquire_replies_held += 1);
+            hooks::local_changed();
+            tokio::time::sleep(delay).await;
+        }
+        let anew = matches!(outcome, Ok(Acquired::Busy { anew: true, .. }));
+        if anew && hooks::read(test_hooks).lose_anew_acquire_reply {
+            hooks::set(test_hooks, |hooks| hooks.lose_anew_acquire_reply = false);
+            hooks::local_changed();
+            return Err(EngineFailure::ambiguous("test hook: the reply was lost"));
+        }
+        outcome
     }
 
     /// After a busy reply: waits for a release, a handover or the time to ask again.
@@ -435,6 +452,14 @@ impl Request<'_> {
     ) -> Result<(), LockError> {
         state.failed_in_a_row += 1;
         attempt.reply_lost |= failure.ambiguous;
+        if failure.ambiguous && attempt.next.is_some() {
+            // A queued attempt cannot tell whether the request whose reply was lost found its
+            // place gone and queued it anew: the next reply ("queued, the place kept") would
+            // hide that, and a handover message of the lapsed place would be trusted from that
+            // reply's send time. Handovers are confirmed by asking from now on (found by the
+            // model checker, tests/model).
+            attempt.distrusts_handovers = true;
+        }
         tracing::debug!(
             target: "distlock::acquire",
             attempt = state.attempts,

@@ -232,9 +232,15 @@ impl Subscriber {
         };
         let channels = self.channels.clone();
         channels.link_up(epoch);
+        #[cfg(distlock_test_hooks)]
+        let test_hooks = self.hooks.clone();
         let reader = tokio::spawn(async move {
             let _end = end;
             while let Some(message) = stream.next().await {
+                #[cfg(distlock_test_hooks)]
+                if delay_handover(&test_hooks, &channels, &message) {
+                    continue;
+                }
                 channels.deliver(message.get_channel_name(), message.get_payload_bytes());
             }
         });
@@ -324,4 +330,25 @@ impl Subscriber {
             runtime.spawn(async move { me.unsubscribe(channel).await });
         })
     }
+}
+
+/// Test hook: a handover message delivered only after `handover_message_delay`; `true` when it
+/// was held back.
+#[cfg(distlock_test_hooks)]
+fn delay_handover(
+    test_hooks: &SharedHooks,
+    channels: &Arc<Channels>,
+    message: &redis::Msg,
+) -> bool {
+    let delay = hooks::read(test_hooks).handover_message_delay;
+    if delay.is_zero() || !message.get_payload_bytes().starts_with(b"G") {
+        return false;
+    }
+    let (channels, channel) = (channels.clone(), message.get_channel_name().to_owned());
+    let payload = message.get_payload_bytes().to_vec();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        channels.deliver(&channel, &payload);
+    });
+    true
 }
