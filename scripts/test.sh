@@ -23,6 +23,9 @@ if [ "$#" -gt 0 ]; then
 fi
 
 slow=(fairness conformance failover etcd)
+# The model checker runs on its own, optimised (the `model` profile), before the lanes: it
+# keeps both CPUs busy for a minute or two.
+model=(cargo test --profile model -p distlock-model --locked --no-fail-fast -- --nocapture)
 # Run last, with the CPUs to themselves: the scale test's ten thousand waiters subscribe one
 # after another over one connection, and beside the lanes took longer than its bound; the
 # cancellation test aims at phases it times first, and safety's two processes must each find
@@ -38,12 +41,14 @@ slow = set(sys.argv[1:])
 names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"]
          if "test" in t["kind"] and t["name"] not in slow}
 print(" ".join("--test " + name for name in sorted(names)))
-' "${slow[@]}" "${alone[@]}")
+' "${slow[@]}" "${alone[@]}" model)
+
+status=0
+"${model[@]}" || status=$?
 
 slow_log=$(mktemp)
 "${cargo_test[@]}" $(printf -- '--test %s ' "${slow[@]}") >"$slow_log" 2>&1 &
 slow_lane=$!
-status=0
 # shellcheck disable=SC2086 # one word per flag and name
 "${cargo_test[@]}" --lib --bins --examples $rest || status=$?
 "${cargo_test[@]}" --doc || status=$?

@@ -224,7 +224,28 @@ const PAUSE: Faults = Faults {
 /// The exclusive lock's bounds: (clients, acquisitions each, hold ticks, faults).
 fn exclusive_bounds() -> Vec<(usize, u8, Tick, Faults)> {
     match large() {
-        true => vec![(3, 3, 1, Faults::default()), (3, 2, 1, ALL_FAULTS)],
+        true => vec![
+            (3, 3, 1, Faults::default()),
+            (
+                3,
+                2,
+                1,
+                Faults {
+                    lost_replies: 1,
+                    ..PAUSE
+                },
+            ),
+            (
+                3,
+                2,
+                1,
+                Faults {
+                    crashes: 1,
+                    cancels: 1,
+                    ..Faults::default()
+                },
+            ),
+        ],
         false => vec![
             (3, 2, 1, Faults::default()),
             (3, 1, 1, ALL_FAULTS),

@@ -273,6 +273,10 @@ impl Request<'_> {
     }
 
     /// The test hooks' say on an acquire's reply: held back a while, or lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped, the reply is dropped with it, as in [`ask`](Self::ask), whose
+    /// attempt still counts its request as in flight.
     #[cfg(distlock_test_hooks)]
     async fn test_hooks_on_reply(
         &self,

@@ -35,8 +35,10 @@ pub(crate) struct Settings {
     pub(crate) mutation: Option<Mutation>,
 }
 
-/// The known-bad transitions the model checker re-introduces (`tests/model`).
+/// The known-bad transitions the model checker re-introduces (`tests/model`); public through
+/// the test hooks only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(distlock_test_hooks), allow(unreachable_pub))]
 pub enum Mutation {
     /// The queue records only its first waiter: the others are told "busy" and poll.
     FirstWaiterOnly,
