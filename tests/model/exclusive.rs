@@ -440,7 +440,13 @@ impl Exclusive {
                         client.arrival = Some(state.arrivals);
                         WILL_WAIT
                     }
-                    _ => WAITING,
+                    _ => {
+                        if state.clients[me].arrival.is_none() {
+                            state.arrivals += 1;
+                            state.clients[me].arrival = Some(state.arrivals);
+                        }
+                        WAITING
+                    }
                 };
                 self.send(state, me, asker, lost);
             }
@@ -466,14 +472,8 @@ impl Exclusive {
                 let Phase::Paused { then, .. } = &state.clients[me].phase else {
                     unreachable!("resumes only when paused")
                 };
-                let then = *then.clone();
-                let waiting = matches!(then, Phase::Waiting { .. });
-                state.clients[me].phase = then;
-                // Asking again from now on: a waiter that arrives anew.
-                if waiting {
-                    state.arrivals += 1;
-                    state.clients[me].arrival = Some(state.arrivals);
-                }
+                // A waiter arrives anew with its next request.
+                state.clients[me].phase = *then.clone();
             }
             Act::Pause => {
                 state.faults.pauses -= 1;

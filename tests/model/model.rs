@@ -221,47 +221,48 @@ const PAUSE: Faults = Faults {
     cancels: 0,
 };
 
-/// The exclusive lock's bounds: (clients, acquisitions each, hold ticks, faults).
-fn exclusive_bounds() -> Vec<(usize, u8, Tick, Faults)> {
-    match large() {
-        true => vec![
-            (3, 3, 1, Faults::default()),
-            (
-                3,
-                2,
-                1,
-                Faults {
-                    lost_replies: 1,
-                    ..PAUSE
-                },
-            ),
-            (
-                3,
-                2,
-                1,
-                Faults {
-                    crashes: 1,
-                    cancels: 1,
-                    ..Faults::default()
-                },
-            ),
-        ],
-        false => vec![
-            (3, 2, 1, Faults::default()),
-            (3, 1, 1, ALL_FAULTS),
-            (2, 2, 1, ALL_FAULTS),
-        ],
-    }
+/// Explores the exclusive lock with `clients` clients of `cycles` acquisitions each.
+fn exclusive_holds(clients: usize, cycles: u8, faults: Faults) {
+    let model = Exclusive::new(clients, cycles, 1, TIME_LIMIT, faults);
+    holds(
+        &format!("exclusive, {clients} clients x {cycles}, {faults:?}"),
+        &model,
+    );
 }
 
 #[test]
 fn the_exclusive_lock_is_safe_fenced_fifo_and_cleans_up() {
-    for (clients, cycles, hold, faults) in exclusive_bounds() {
-        let model = Exclusive::new(clients, cycles, hold, TIME_LIMIT, faults);
-        holds(
-            &format!("exclusive, {clients} clients x {cycles}, {faults:?}"),
-            &model,
-        );
+    match large() {
+        true => exclusive_holds(3, 3, Faults::default()),
+        false => exclusive_holds(3, 2, Faults::default()),
+    }
+}
+
+#[test]
+fn the_exclusive_lock_holds_through_every_fault() {
+    match large() {
+        true => exclusive_holds(
+            3,
+            2,
+            Faults {
+                lost_replies: 1,
+                ..PAUSE
+            },
+        ),
+        false => exclusive_holds(3, 1, ALL_FAULTS),
+    }
+}
+
+#[test]
+fn the_exclusive_lock_holds_through_every_fault_twice_over() {
+    let crash_and_cancel = Faults {
+        crashes: 1,
+        cancels: 1,
+        ..Faults::default()
+    };
+    match large() {
+        true => exclusive_holds(3, 2, crash_and_cancel),
+        false => exclusive_holds(2, 2, ALL_FAULTS),
     }
 }
 

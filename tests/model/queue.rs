@@ -387,10 +387,13 @@ impl Queue {
         let tick = state.tick;
         match act {
             Act::Join { lost } => {
-                if let Phase::Idle { .. } = state.clients[me].phase {
-                    state.arrivals += 1;
-                    let client = &mut state.clients[me];
+                let client = &mut state.clients[me];
+                if let Phase::Idle { .. } = client.phase {
                     client.attempt += 1;
+                }
+                // A waiter that paused arrives anew with its next request.
+                if client.arrival.is_none() {
+                    state.arrivals += 1;
                     client.arrival = Some(state.arrivals);
                 }
                 self.join(state, me, lost);
@@ -416,12 +419,7 @@ impl Queue {
                 let Phase::Paused { then, .. } = &client.phase else {
                     unreachable!("resumes only when paused")
                 };
-                let then = *then.clone();
-                if matches!(then, Phase::Waiting { .. }) {
-                    state.arrivals += 1;
-                    client.arrival = Some(state.arrivals);
-                }
-                client.phase = then;
+                client.phase = *then.clone();
             }
             Act::Crash => {
                 state.faults.crashes -= 1;

@@ -404,7 +404,14 @@ impl Shared {
                         }
                         WILL_WAIT
                     }
-                    _ => WAITING,
+                    _ => {
+                        let client = &mut state.clients[me];
+                        if client.kind != Kind::Writer && client.arrival.is_none() {
+                            state.arrivals += 1;
+                            client.arrival = Some(state.arrivals);
+                        }
+                        WAITING
+                    }
                 };
                 self.ask(state, me, asker);
             }
@@ -424,12 +431,8 @@ impl Shared {
                 let Phase::Paused { then, .. } = &client.phase else {
                     unreachable!("resumes only when paused")
                 };
-                let then = *then.clone();
-                if matches!(then, Phase::Waiting { .. }) && client.kind != Kind::Writer {
-                    state.arrivals += 1;
-                    client.arrival = Some(state.arrivals);
-                }
-                client.phase = then;
+                // A waiter arrives anew with its next request.
+                client.phase = *then.clone();
             }
             Act::Crash => {
                 state.faults.crashes -= 1;
