@@ -642,3 +642,70 @@ fn sixty_four_waiters_in_two_processes_each_acquire_once() {
     assert_eq!(grants, 2 * WAITERS_PER_PROCESS as i64);
     assert_eq!(overlaps, 0);
 }
+
+/// A waiting writer's intent outlives a reader whose lease runs out before it (a reader that
+/// crashed): a new reader that asks when that lease ends does not go before the writer. Found
+/// by the model checker (tests/model): the intent lived in the lock's value, which expired with
+/// the last reader's lease, so every reader that asked before the writer's next try went
+/// first — once per reader lease that ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_intent_outlives_a_reader_whose_lease_ran_out() {
+    use distlock::{Lease, LockKind};
+    use distlock_test_support::{wait_until, Wake};
+    let fx = SingleRedis::start(|b| b);
+    let (writing, reading) = (fx.contender(), fx.contender());
+    // The writer's next try comes well after the reader's lease ends (it would otherwise ask
+    // again the moment that lease ends, and a reader would have to come within that moment).
+    raw::set_acquire_reply_delay(&writing, Duration::from_millis(500));
+    let read = |backend: &Backend| Lock::new("intent").kind(LockKind::Read).on(backend);
+    // A reader that will not release: its lease (300 ms) runs out.
+    let crashed = read(fx.backend())
+        .lease(Lease::Fixed(Duration::from_millis(300)))
+        .acquire()
+        .await
+        .unwrap();
+    let writer = {
+        let writing = writing.clone();
+        tokio::spawn(async move {
+            Lock::new("intent")
+                .on(&writing)
+                .wait(PROMPT)
+                .acquire()
+                .await
+        })
+    };
+    let lock = SingleRedis::lock_key("intent");
+    let value = |server: &RedisServer| server.command(&["GET", &lock]);
+    let intent = fx
+        .server
+        .wait_until(PROMPT, async || {
+            value(&fx.server)
+                .as_str()
+                .is_some_and(|v| v.starts_with('S'))
+        })
+        .await;
+    assert!(
+        intent,
+        "the writer never left its intent: {:?}",
+        value(&fx.server)
+    );
+    // The reader's lease runs out: its set of holders expires with it.
+    let holders = format!("{lock}:holders");
+    let ran_out = wait_until(
+        &[&fx.server],
+        Wake::CommandsAndExpiries,
+        PROMPT,
+        async || fx.server.command(&["EXISTS", &holders]).as_int() == Some(0),
+    )
+    .await;
+    assert!(ran_out, "the reader's lease never ran out");
+    let late = read(&reading).acquire().await;
+    assert!(
+        matches!(&late, Err(err) if err.is_busy()),
+        "a reader went before the waiting writer: {late:?}, the lock {:?}",
+        value(&fx.server).as_str()
+    );
+    let writer = writer.await.unwrap().unwrap();
+    writer.release().await.unwrap();
+    drop(crashed);
+}

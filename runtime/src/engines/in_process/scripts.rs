@@ -281,6 +281,11 @@ fn read_held(
         if call.asking.asker != Asker::Once {
             let intent = keys.time_us() + WRITER_INTENT.as_micros() as u64;
             keys.set(lock, format!("S{last} {intent}"), Ttl::Keep);
+            // The intent outlives readers whose leases run out first (a reader that crashed).
+            let intent_ms = WRITER_INTENT.as_millis() as u64;
+            if keys.pttl(lock) < intent_ms as i64 {
+                keys.pexpire(lock, intent_ms);
+            }
         }
         return ControlFlow::Break(Acquire::Busy {
             pttl: millis::decode(keys.pttl(lock)),

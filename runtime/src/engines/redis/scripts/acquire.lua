@@ -69,7 +69,8 @@
 -- the sorted set KEYS[i]:holders. A writer finding live readers is busy, and (unless it tries
 -- once) turns the value into "S…" with a writer intent of WRITER_INTENT_MS: new readers queue
 -- behind it until then, and each try of the waiting writer renews it — writers never starve.
--- Readers whose leases all expired are no obstacle: the key counts as free.
+-- The key lives at least as long as the intent. Readers whose leases all expired are no
+-- obstacle: the key counts as free.
 --
 -- Fencing tokens are max(last + 1, server time in µs), `last` being the token a release left in
 -- the key. The marker keeps tokens increasing when the server clock steps back; the clock keeps them
@@ -153,6 +154,10 @@ for i, key in ipairs(KEYS) do
         if asker ~= '0' then
           local intent = string.format('%.0f', clock() + WRITER_INTENT_MS * 1000)
           redis.call('SET', key, 'S' .. string.format('%.0f', last) .. ' ' .. intent, 'KEEPTTL')
+          -- The intent outlives readers whose leases run out first (a reader that crashed).
+          if redis.call('PTTL', key) < WRITER_INTENT_MS then
+            redis.call('PEXPIRE', key, WRITER_INTENT_MS)
+          end
         end
         code, answer = 0, redis.call('PTTL', key)
       else
