@@ -167,6 +167,13 @@ impl Client {
         owner_name(me, self.attempt)
     }
 
+    /// Its acquisition waits no more (it holds, or it is over): nothing of its waiting is kept.
+    fn stop_waiting(&mut self) {
+        (self.arrival, self.overtaken) = (None, 0);
+        self.inbox.clear();
+        (self.next, self.distrusts) = (None, false);
+    }
+
     /// The last tick this client may let pass before it must act (`None`: no duty).
     fn deadline(&self) -> Option<Tick> {
         match &self.phase {
@@ -331,24 +338,19 @@ impl Exclusive {
     fn end_acquisition(&self, state: &mut State, me: usize) {
         let tick = state.tick;
         let client = &mut state.clients[me];
-        client.arrival = None;
-        client.overtaken = 0;
-        client.inbox.clear();
-        (client.next, client.distrusts) = (None, false);
+        client.stop_waiting();
         client.phase = match client.attempt < self.cycles {
             true => Phase::Idle { since: tick },
             false => Phase::Done,
         };
     }
 
-    /// Client `me` holds with `token`, relied on from `since` for `valid_ms`.
+    /// Client `me` holds with `token`, relied on until `until_ms`; its watchdog renews by
+    /// `renew_by`.
     fn hold(&self, state: &mut State, me: usize, token: u64, until_ms: u64, renew_by: Tick) {
         let tick = state.tick;
         let client = &mut state.clients[me];
-        client.arrival = None;
-        client.overtaken = 0;
-        client.inbox.clear();
-        (client.next, client.distrusts) = (None, false);
+        client.stop_waiting();
         client.phase = Phase::Holding {
             token,
             valid_until_ms: until_ms,
