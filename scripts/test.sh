@@ -26,9 +26,8 @@ slow=(fairness conformance failover etcd)
 # The model checker runs on its own, optimised (the `model` profile), before the lanes: it
 # keeps both CPUs busy for a minute or two.
 model=(cargo test --profile model -p distlock-model --locked --no-fail-fast -- --nocapture)
-# Run last, with the CPUs to themselves: the scale test's ten thousand waiters subscribe one
-# after another over one connection, and beside the lanes took longer than its bound; the
-# cancellation test aims at phases it times first, and safety's two processes must each find
+# Run last, with the CPUs to themselves: the scale test's ten thousand waiters keep both CPUs
+# busy and count every heap byte; the cancellation test aims at phases it times first, and safety's two processes must each find
 # the lock busy: timings the lanes beside them would shift.
 alone=(scale cancellation safety)
 "${cargo_test[@]}" --no-run

@@ -10,7 +10,7 @@ use common::{
 };
 use distlock::__private::raw;
 use distlock::{Backend, Lock, LockError};
-use distlock_test_support::{FaultProxy, RedisServer};
+use distlock_test_support::{FaultProxy, RedisServer, Reply};
 use redis::AsyncCommands;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -519,6 +519,80 @@ async fn cancelled_waiters_leave_no_queue_entries_or_subscriptions() {
         "a local watch left behind"
     );
     until_subscribers(&fx.server, "cancel", 0).await;
+}
+
+/// Waiters on many keys at once share SUBSCRIBEs: a few go out on their own, the rest queue and
+/// go out together. Waiters cancelled with their channels still queued leave none subscribed
+/// (the batch carries a channel whose waiter already left, and unsubscribes it after). Each
+/// round catches a few channels queued; five rounds make missing every one unlikely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_cancelled_with_their_subscriptions_queued_leave_none_subscribed() {
+    let fx = SingleRedis::start(|b| b);
+    for round in 0..5 {
+        cancel_waiters_while_subscriptions_queue(&fx, round).await;
+    }
+}
+
+/// One round: 1,000 waiters on 1,000 held keys, cancelled as soon as SUBSCRIBEs queue.
+async fn cancel_waiters_while_subscriptions_queue(fx: &SingleRedis, round: usize) {
+    const KEYS: usize = 1_000;
+    let waiters = fx.another_backend();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("batched-{round}-{i}")).collect();
+    let mut holders = Vec::with_capacity(KEYS);
+    for key in &keys {
+        holders.push(
+            Lock::new(key.as_str())
+                .on(fx.backend())
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    let tasks: Vec<_> = keys
+        .iter()
+        .map(|key| spawn_waiter(&waiters, key, Duration::from_secs(60)))
+        .collect();
+    // More are queued at that moment, and others on their way.
+    assert!(
+        until(PROMPT, || raw::batched_subscriptions(&waiters) > 0).await,
+        "no SUBSCRIBE queued for a batch"
+    );
+    for task in &tasks {
+        task.abort();
+    }
+    for task in tasks {
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+    let pattern = common::channel(&format!("batched-{round}-*"));
+    let mut left = 0;
+    let cleaned = fx
+        .server
+        .wait_until(PROMPT, async || {
+            left = subscribed_channels(&fx.server, &pattern);
+            left == 0
+        })
+        .await;
+    assert!(
+        cleaned,
+        "round {round}: {left} channels of cancelled waiters stayed subscribed"
+    );
+    assert_eq!(
+        raw::watched_channels(&waiters),
+        0,
+        "a local watch left behind"
+    );
+    for holder in holders {
+        holder.release().await.unwrap();
+    }
+}
+
+/// Channels matching `pattern` with a subscriber on `server` (`PUBSUB CHANNELS`).
+fn subscribed_channels(server: &RedisServer, pattern: &str) -> usize {
+    match server.command(&["PUBSUB", "CHANNELS", pattern]) {
+        Reply::Array(channels) => channels.map_or(0, |channels| channels.len()),
+        other => panic!("PUBSUB CHANNELS answered {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,6 +75,8 @@ pub(crate) enum Probe {
     WatchedChannels,
     /// Calls that waited for a batch (group commit) instead of going out on their own.
     BatchedCalls,
+    /// SUBSCRIBEs that waited for a batch instead of going out on their own.
+    BatchedSubscriptions,
     /// Renewal round trips, where the engine groups renewals itself (Redis Cluster).
     RenewalRoundTrips,
 }

@@ -299,6 +299,11 @@ pub mod raw {
         backend.inner.hooks.probe(Probe::BatchedCalls)
     }
 
+    /// SUBSCRIBEs that went to the server in a batch rather than on their own.
+    pub fn batched_subscriptions(backend: &Backend) -> u64 {
+        backend.inner.hooks.probe(Probe::BatchedSubscriptions)
+    }
+
     /// Test hook: pause this long before acting on an acquire's reply — the window in which a
     /// handover's message overtakes the reply that queued the caller.
     pub fn set_acquire_reply_delay(backend: &Backend, delay: Duration) {

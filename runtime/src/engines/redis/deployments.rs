@@ -141,6 +141,11 @@ fn open_single(
             RedisEngine::watched_channels,
         );
         hooks.show(Probe::BatchedCalls, &engine, RedisEngine::batched_calls);
+        hooks.show(
+            Probe::BatchedSubscriptions,
+            &engine,
+            RedisEngine::batched_subscriptions,
+        );
     }
     Ok(engine)
 }

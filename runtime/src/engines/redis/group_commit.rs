@@ -1,4 +1,5 @@
-//! Group commit: concurrent calls of one script on one server coalesced into one script call.
+//! Group commit: concurrent calls of one script on one server coalesced into one script call (and
+//! concurrent SUBSCRIBEs into one SUBSCRIBE of many channels, `pubsub.rs`).
 //!
 //! A call that finds fewer than [`MAX_IN_FLIGHT`] calls of its kind in flight is sent at once, on
 //! its own — a lone caller never waits for a batch. Calls that arrive while that many are in

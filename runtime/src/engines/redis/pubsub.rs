@@ -7,16 +7,22 @@
 //! connection that carried it (see [`Channels`]): a confirmation recorded after its connection
 //! died counts for nothing. Several subscribers (one per Redlock master) can share one table.
 //!
+//! Subscriptions are coalesced ([`GroupCommit`]): a waiter that finds a few SUBSCRIBEs on their way
+//! queues, and the queue goes out as one SUBSCRIBE of many channels. Ten thousand waiters arriving
+//! at once cost tens of round trips, not ten thousand in a row.
+//!
 //! The connection goes to the server its [`Node`] talks to now: for Sentinel, the current
 //! primary. When the sentinels switch the primary, [`Subscriber::disconnect`] ends the link, so
 //! every waiter re-checks and the next subscription goes to the new one.
 
 use super::diagnose;
+use super::group_commit::{Batched, GroupCommit};
 use super::node::Node;
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
 use crate::hooks::{self, SharedHooks};
 use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
+use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +37,14 @@ pub(crate) struct Subscriber {
     /// Held across each SUBSCRIBE/UNSUBSCRIBE so they reach the server in the order they were
     /// decided (an UNSUBSCRIBE decided before a new waiter's SUBSCRIBE is also sent before it).
     link: tokio::sync::Mutex<Links>,
+    /// SUBSCRIBEs, coalesced while others are on their way.
+    subscriptions: GroupCommit<Subscriptions>,
     me: Weak<Subscriber>,
+}
+
+/// The subscriber's SUBSCRIBEs as [`Batched`] calls: many channels in one command.
+struct Subscriptions {
+    subscriber: Weak<Subscriber>,
 }
 
 #[derive(Default)]
@@ -93,6 +106,7 @@ pub(crate) fn settle(
 }
 
 /// Why a subscription could not be confirmed.
+#[derive(Clone)]
 pub(crate) enum Failure {
     /// A timeout or a broken connection: the next try may work.
     Transient(String),
@@ -131,6 +145,9 @@ impl Subscriber {
             hooks,
             channels,
             link: tokio::sync::Mutex::default(),
+            subscriptions: GroupCommit::new(Arc::new(Subscriptions {
+                subscriber: me.clone(),
+            })),
             me: me.clone(),
         })
     }
@@ -149,9 +166,14 @@ impl Subscriber {
     /// # Cancel safety
     /// Cancel safe.
     /// Dropping the future after the SUBSCRIBE was sent leaves the server subscribed until the
-    /// channel's last local waiter leaves, which unsubscribes (in order, after the SUBSCRIBE).
+    /// channel's last local waiter leaves, which unsubscribes (in order, after the SUBSCRIBE). A
+    /// channel still queued for a batch is sent with it and then unsubscribed again, unless a
+    /// waiter came back for it ([`Subscriptions`]' `abandoned`).
     pub(crate) async fn subscribe_and_confirm(&self, channel: &str) -> EngineResult<()> {
-        let subscribed = self.subscribe(channel).await;
+        let subscribed = match self.subscriptions.submit(channel.to_owned()).await {
+            Ok(subscribed) => subscribed,
+            Err(failure) => Err(Failure::Transient(failure.source.to_string())),
+        };
         if subscribed.is_ok() {
             let delay = hooks::read(&self.hooks).confirm_delay;
             if !delay.is_zero() {
@@ -167,17 +189,24 @@ impl Subscriber {
         self.channels.watched()
     }
 
-    /// Subscribes on the current connection (opening one if needed); returns its epoch.
+    /// SUBSCRIBEs that queued for a batch, since the start.
+    #[cfg(distlock_test_hooks)]
+    pub(crate) fn batched(&self) -> u64 {
+        self.subscriptions.queued()
+    }
+
+    /// Subscribes to `channels` on the current connection (opening one if needed), in one
+    /// SUBSCRIBE; returns its epoch.
     ///
     /// # Cancel safety
     /// Cancel safe.
     /// Dropped after the SUBSCRIBE was queued on the link, the server may still subscribe; the
-    /// link's lock is let go with the future, so the channel's last waiter's UNSUBSCRIBE is sent
-    /// after it.
-    async fn subscribe(&self, channel: &str) -> Result<u64, Failure> {
+    /// link's lock is let go with the future, so the channels' last waiters' UNSUBSCRIBEs are
+    /// sent after it.
+    async fn subscribe(&self, channels: &[String]) -> Result<u64, Failure> {
         let mut links = self.link.lock().await;
         let (mut sink, epoch) = self.connect(&mut links).await?;
-        tokio::time::timeout(self.timeouts.response, sink.subscribe(channel)).await??;
+        tokio::time::timeout(self.timeouts.response, sink.subscribe(channels)).await??;
         Ok(epoch)
     }
 
@@ -329,6 +358,35 @@ impl Subscriber {
             };
             runtime.spawn(async move { me.unsubscribe(channel).await });
         })
+    }
+}
+
+impl Batched for Subscriptions {
+    type Item = String;
+    type Answer = Result<u64, Failure>;
+
+    /// One SUBSCRIBE for every channel; each is answered with its outcome.
+    fn run<'a>(&'a self, channels: &'a [String]) -> BoxFuture<'a, EngineResult<Vec<Self::Answer>>> {
+        Box::pin(async move {
+            let subscribed = match self.subscriber.upgrade() {
+                Some(subscriber) => subscriber.subscribe(channels).await,
+                None => Err(Failure::Transient("the backend was dropped".to_owned())),
+            };
+            Ok(vec![subscribed; channels.len()])
+        })
+    }
+
+    /// The waiter left while its channel was in a batch: its idle hook's UNSUBSCRIBE may have
+    /// gone out before this SUBSCRIBE, so the channel is unsubscribed again unless a waiter came
+    /// back for it.
+    fn abandoned(self: &Arc<Self>, channel: String, _subscribed: Self::Answer) {
+        self.abandoned_unanswered(channel);
+    }
+
+    fn abandoned_unanswered(self: &Arc<Self>, channel: String) {
+        if let Some(subscriber) = self.subscriber.upgrade() {
+            (subscriber.on_idle())(channel);
+        }
     }
 }
 

@@ -297,4 +297,8 @@ impl RedisEngine {
     pub(crate) fn batched_calls(&self) -> u64 {
         self.acquires.queued() + self.releases.queued()
     }
+
+    pub(crate) fn batched_subscriptions(&self) -> u64 {
+        self.subscriber.batched()
+    }
 }
