@@ -10,7 +10,9 @@ mod kinds;
 
 use kinds::*;
 
-use common::{Cluster, Etcd, Fixture, InProcess, Postgres, Redlock, Sentinel, SingleRedis, Valkey};
+use common::{
+    Cluster, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel, SingleRedis, Valkey,
+};
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,6 +82,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Postgres>().await;
+                }
+            )*
+        }
+        mod etcd_tls {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::EtcdTls>().await;
                 }
             )*
         }

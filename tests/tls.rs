@@ -7,7 +7,9 @@ mod common;
 use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lock, Registry, Released};
-use distlock_test_support::{free_port, RedisServer, ServerConfig, TestPki};
+use distlock_test_support::{
+    free_port, EtcdCluster, RedisServer, ServerCert, ServerConfig, TestPki,
+};
 use std::time::{Duration, Instant};
 
 /// A redis-server with a TLS port, and the `rediss://` URL of that port.
@@ -174,4 +176,133 @@ async fn the_environment_configures_tls() {
         .expect("DISTLOCK_URL=rediss://… with DISTLOCK_TLS_* files");
     assert!(token.is_some());
     assert_eq!(Registry::global().get("default").unwrap().prefix(), PREFIX);
+}
+
+/// The message of a ping of `builder`'s backend, which fails.
+async fn ping_fails(builder: BackendBuilder) -> String {
+    let backend = builder.build().unwrap();
+    let err = backend.ping().await.unwrap_err();
+    assert!(matches!(err, distlock::LockError::Backend(_)), "{err:?}");
+    err.to_string()
+}
+
+/// Mutual TLS to etcd: a client with the CA and a client certificate takes locks; each way of
+/// getting TLS wrong fails at once, with an error that says which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_mutual_tls_names_every_way_of_getting_tls_wrong() {
+    let pki = TestPki::generate();
+    let tls = EtcdCluster::start_tls(1, &pki);
+    let plain = EtcdCluster::start(1);
+    let expired = EtcdCluster::start_tls_presenting(1, &pki, ServerCert::Expired);
+    let misnamed = EtcdCluster::start_tls_presenting(1, &pki, ServerCert::Misnamed);
+    let with_files = |url: String| {
+        builder(&url)
+            .tls_ca_file(pki.ca())
+            .tls_client_auth_files(pki.client_cert(), pki.client_key())
+    };
+    let good = with_files(tls.url()).build().unwrap();
+    good.ping()
+        .await
+        .expect("mutual TLS with the CA and a client certificate");
+    let token = Lock::new("etcds")
+        .on(&good)
+        .run(async { distlock::fencing_token() })
+        .await
+        .unwrap();
+    assert!(token.is_some());
+
+    let plain_url = tls.url().replace("etcds://", "etcd://");
+    let cases = [
+        (
+            "no client certificate",
+            builder(&tls.url()).tls_ca_file(pki.ca()),
+            "set `tls_client_auth_files`",
+        ),
+        (
+            "a CA that did not sign the server's certificate",
+            with_files(tls.url()).tls_ca_file(pki.other_ca()),
+            "is not signed by a CA the client trusts",
+        ),
+        (
+            "an expired server certificate",
+            with_files(expired.url()),
+            "has expired",
+        ),
+        (
+            "a server certificate for another host",
+            with_files(misnamed.url()),
+            "does not name the host in the URL",
+        ),
+        (
+            "a plain member behind etcds://",
+            with_files(plain.url().replace("etcd://", "etcds://")),
+            "did not answer the TLS handshake",
+        ),
+        (
+            "a TLS member behind etcd://",
+            builder(&plain_url),
+            "use an etcds:// URL",
+        ),
+    ];
+    for (case, builder, named) in cases {
+        let started = Instant::now();
+        let err = ping_fails(builder).await;
+        assert!(err.contains(named), "{case}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{case}: took {:?}",
+            started.elapsed()
+        );
+        eprintln!("TLS etcd, {case}: {err}");
+    }
+    // TLS files for a plain URL are refused when the backend is built.
+    let err = with_files(plain.url()).build().unwrap_err().to_string();
+    assert!(err.contains("use etcds://"), "{err}");
+}
+
+/// etcd with authentication: a user whose role may read and write the keys under the prefix
+/// (what `distlock acl etcd` prints) takes locks; a user without it gets a ping error that says
+/// which right is missing; a wrong password is named as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_user_limited_to_the_prefix_locks_and_one_without_the_role_is_told() {
+    let pki = TestPki::generate();
+    let cluster = EtcdCluster::start_tls(1, &pki);
+    let keys = distlock::etcd::key_prefix(PREFIX);
+    cluster.etcdctl_script(
+        "etcdctl user add root:rootpw\n\
+         etcdctl user grant-role root root\n\
+         etcdctl user add locker:lockerpw\n\
+         etcdctl user add stranger:strangerpw\n\
+         etcdctl auth enable\n",
+        None,
+    );
+    // What `distlock acl etcd --user locker` prints.
+    let rights = distlock::etcd::acl_commands(PREFIX, "locker");
+    cluster.etcdctl_script(&rights, Some("root:rootpw"));
+    let as_user = |user: &str| {
+        let url = cluster
+            .url()
+            .replace("etcds://", &format!("etcds://{user}@"));
+        builder(&url)
+            .tls_ca_file(pki.ca())
+            .tls_client_auth_files(pki.client_cert(), pki.client_key())
+    };
+    let locker = as_user("locker:lockerpw").build().unwrap();
+    locker.ping().await.expect("a user with the prefix's role");
+    let guard = Lock::new("rbac").on(&locker).acquire().await.unwrap();
+    assert!(guard.fencing_token() > 0);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+
+    let err = ping_fails(as_user("stranger:strangerpw")).await;
+    assert!(
+        err.contains(&format!(
+            "read and write on the keys that start with `{keys}`"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("distlock acl etcd"), "{err}");
+    let err = ping_fails(as_user("locker:wrong")).await;
+    assert!(err.contains("rejected the credentials"), "{err}");
+    assert!(!err.contains("wrong"), "the password is not shown: {err}");
+    eprintln!("etcd RBAC: a user without the role: {err}");
 }

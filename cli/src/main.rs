@@ -8,6 +8,7 @@
 //! distlock unlock order:17 --force     # break a stuck lock (fences its holder out)
 //! distlock watch order:17              # acquire/renew/release/expiry events, live
 //! distlock schema postgres             # the SQL of the lock tables, for a migration
+//! distlock acl etcd --user locker       # the rights a lock user needs, and nothing more
 //! ```
 //!
 //! Every command takes `--url` (default `DISTLOCK_URL`), `--prefix` (default `DISTLOCK_PREFIX`,
@@ -123,11 +124,30 @@ enum Command {
         /// The database: postgres.
         store: Store,
     },
+    /// Print the commands that give a lock user the rights locks need under the prefix, and
+    /// nothing more: the Redis ACL rules (add `on >password` to enable the user), or the etcd
+    /// role and its grant. Run them as an administrator. Exit 0.
+    Acl {
+        /// redis (one server, Sentinel's primary and replicas, Redlock's masters),
+        /// redis-cluster (on every node), or etcd.
+        store: AclStore,
+        /// The lock user.
+        #[arg(long, default_value = "distlock")]
+        user: String,
+    },
     /// Print a shell completion script: `distlock completions bash > /etc/bash_completion.d/distlock`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// The stores `distlock acl` prints the rights for.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum AclStore {
+    Redis,
+    RedisCluster,
+    Etcd,
 }
 
 /// The databases `distlock schema` prints the SQL of.
@@ -192,6 +212,9 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
     if let Command::Schema { store } = cli.command {
         return schema(store, cli.schema.as_deref());
     }
+    if let Command::Acl { store, user } = &cli.command {
+        return acl(*store, &cli.prefix, user);
+    }
     if let Command::Unlock { key, force: false } = &cli.command {
         return Err(Failure::Usage(format!(
             "refusing to remove the lock `{key}` without --force: its holder keeps running \
@@ -225,7 +248,7 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
             render::unlocked(format, &key, removed.as_ref());
             Ok(if removed.is_some() { HELD } else { FREE })
         }
-        Command::Completions { .. } | Command::Schema { .. } => {
+        Command::Completions { .. } | Command::Schema { .. } | Command::Acl { .. } => {
             unreachable!("answered before connecting")
         }
         Command::Watch {
@@ -284,4 +307,26 @@ fn schema(store: Store, name: Option<&str>) -> Result<u8, Failure> {
              distlock-cli --features postgres` to print the schema `{name}`"
         ))),
     }
+}
+
+/// `distlock acl <store>`: the commands on standard output.
+fn acl(store: AclStore, prefix: &str, user: &str) -> Result<u8, Failure> {
+    match store {
+        AclStore::Redis => println!("ACL SETUSER {user} {}", distlock::redis::acl_rules(prefix)),
+        AclStore::RedisCluster => println!(
+            "ACL SETUSER {user} {}",
+            distlock::redis::cluster_acl_rules(prefix)
+        ),
+        #[cfg(feature = "etcd")]
+        AclStore::Etcd => print!("{}", distlock::etcd::acl_commands(prefix, user)),
+        #[cfg(not(feature = "etcd"))]
+        AclStore::Etcd => {
+            return Err(Failure::Usage(
+                "this distlock was built without etcd; install it with `cargo install \
+                 distlock-cli --features etcd` to print the etcd role"
+                    .to_owned(),
+            ))
+        }
+    }
+    Ok(HELD)
 }

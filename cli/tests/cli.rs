@@ -492,3 +492,43 @@ async fn postgres_answers_too_on_the_schema_it_prints() {
         stderr(&bad)
     );
 }
+
+/// `distlock acl <store>` prints the library's rules for the prefix and user (tests/acl.rs and
+/// tests/tls.rs apply them to real servers).
+#[test]
+fn acl_prints_the_rights_of_a_lock_user() {
+    let redis = distlock(
+        "",
+        &["--prefix", "billing", "acl", "redis", "--user", "locker"],
+    );
+    assert_eq!(redis.status.code(), Some(0), "{redis:?}");
+    assert_eq!(
+        stdout(&redis),
+        format!(
+            "ACL SETUSER locker {}\n",
+            distlock::redis::acl_rules("billing")
+        )
+    );
+    let cluster = stdout(&distlock(
+        "",
+        &["--prefix", "billing", "acl", "redis-cluster"],
+    ));
+    assert_eq!(
+        cluster,
+        format!(
+            "ACL SETUSER distlock {}\n",
+            distlock::redis::cluster_acl_rules("billing")
+        )
+    );
+    let etcd = distlock(
+        "",
+        &["--prefix", "billing", "acl", "etcd", "--user", "locker"],
+    );
+    #[cfg(feature = "etcd")]
+    assert_eq!(
+        stdout(&etcd),
+        distlock::etcd::acl_commands("billing", "locker")
+    );
+    #[cfg(not(feature = "etcd"))]
+    assert_eq!(etcd.status.code(), Some(2), "{etcd:?}");
+}

@@ -115,6 +115,13 @@ pub mod redis {
     pub use crate::engines::redis::scripts::FENCED_SET_LUA;
 }
 
+/// What only the etcd deployment has (feature `etcd`): the rights its lock user needs.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub mod etcd {
+    pub use crate::engines::etcd::acl::{acl_commands, key_prefix};
+}
+
 /// What only the PostgreSQL deployment has (feature `postgres`): the fenced write inside the
 /// application's own transaction, and the schema of the lock tables.
 ///

@@ -1,36 +1,73 @@
-//! The etcd fixture: a 3-member etcd cluster on loopback, and waiting on its events.
+//! The etcd fixtures: a 3-member etcd cluster on loopback (plain, or TLS only with client
+//! certificates), and waiting on its events.
 
 use super::{Fixture, PREFIX};
 use distlock::{Backend, BackendBuilder};
-use distlock_test_support::{EtcdCluster, RedisServer};
-use etcd_client::{Client, GetOptions, WatchOptions};
+use distlock_test_support::{EtcdCluster, RedisServer, TestPki};
+use etcd_client::WatchOptions;
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-/// The etcd backend on a 3-member cluster.
-pub struct Etcd {
+/// The etcd backend on a 3-member cluster; `TLS`: `etcds://`, the members serving clients over
+/// TLS only and admitting only clients with a certificate signed by the test CA.
+pub struct EtcdOf<const TLS: bool> {
     pub cluster: EtcdCluster,
     backend: Backend,
     builder: BackendBuilder,
+    /// The certificates of a TLS cluster, removed with the fixture.
+    _pki: Option<TestPki>,
 }
 
-impl Etcd {
+/// A plain etcd cluster.
+pub type Etcd = EtcdOf<false>;
+/// An etcd cluster that serves clients over mutual TLS only.
+pub type EtcdTls = EtcdOf<true>;
+
+impl<const TLS: bool> EtcdOf<TLS> {
     /// A client of the cluster, for what the tests read behind the backend's back.
     pub async fn client(&self) -> Client {
-        Client::connect(self.cluster.endpoints(), None)
-            .await
-            .expect("the cluster answers")
+        connect(&self.cluster).await
     }
 }
 
-impl Fixture for Etcd {
+/// A client of `cluster`, with the client certificate of a TLS cluster.
+pub async fn connect(cluster: &EtcdCluster) -> Client {
+    let options = cluster.client_tls().map(|(ca, cert, key)| {
+        let read = |path| std::fs::read(path).unwrap();
+        let tls = TlsOptions::new()
+            .ca_certificate(Certificate::from_pem(read(ca)))
+            .identity(Identity::from_pem(read(cert), read(key)));
+        ConnectOptions::new().with_tls(tls)
+    });
+    Client::connect(cluster.client_urls(), options)
+        .await
+        .expect("the cluster answers")
+}
+
+impl<const TLS: bool> Fixture for EtcdOf<TLS> {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let cluster = EtcdCluster::start(3);
-        let builder = configure(Backend::builder(cluster.url()).prefix(PREFIX));
-        Etcd {
+        let pki = TLS.then(TestPki::generate);
+        let (cluster, base) = match &pki {
+            Some(pki) => {
+                let cluster = EtcdCluster::start_tls(3, pki);
+                let base = Backend::builder(cluster.url())
+                    .tls_ca_file(pki.ca())
+                    .tls_client_auth_files(pki.client_cert(), pki.client_key());
+                (cluster, base)
+            }
+            None => {
+                let cluster = EtcdCluster::start(3);
+                let base = Backend::builder(cluster.url());
+                (cluster, base)
+            }
+        };
+        let builder = configure(base.prefix(PREFIX));
+        EtcdOf {
             backend: builder.clone().build().expect("valid settings"),
             builder,
             cluster,
+            _pki: pki,
         }
     }
 
@@ -74,7 +111,10 @@ impl Fixture for Etcd {
     }
 
     fn kind(&self) -> &'static str {
-        "etcd"
+        match TLS {
+            true => "etcd over TLS",
+            false => "etcd",
+        }
     }
 
     fn servers(&self) -> Vec<&RedisServer> {
@@ -107,7 +147,7 @@ pub async fn until_on_etcd(
     mut check: impl AsyncFnMut() -> bool,
 ) -> bool {
     let deadline = Instant::now() + within;
-    let client = Client::connect(cluster.endpoints(), None).await.unwrap();
+    let client = connect(cluster).await;
     let mut stream = client
         .watch_client()
         .watch("\0", Some(WatchOptions::new().with_from_key()))

@@ -11,7 +11,7 @@ pub mod sections;
 pub mod worker;
 
 #[allow(unused_imports)]
-pub use etcd::Etcd;
+pub use etcd::{Etcd, EtcdTls};
 #[allow(unused_imports)]
 pub use postgres::Postgres;
 

@@ -3,6 +3,9 @@
 //! killed or paused by PID. Which member leads is asked of the members themselves
 //! (`etcdctl endpoint status`, from `PATH` or [`ETCDCTL_ENV`]).
 //!
+//! [`EtcdCluster::start_tls`] serves clients over TLS only, and only clients with a certificate
+//! signed by the test CA (`--client-cert-auth`); the members' peer traffic stays on loopback.
+//!
 //! The data dirs are in `/dev/shm` where there is one (etcd syncs each write before it answers,
 //! and on a shared disk the syncs would set the pace). The members elect with a 50 ms heartbeat and a 500 ms election timeout, so a failover takes
 //! about a second, and etcd's smallest lease is 1 s (one and a half election timeouts, rounded
@@ -11,6 +14,7 @@
 use crate::ports::free_port;
 use crate::process::{Child, Outcome};
 use crate::server::{make_temp_dir, make_temp_dir_in, tail, KILL_DEADLINE};
+use crate::tls::{ServerCert, TestPki};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +47,15 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     dir: PathBuf,
     initial_cluster: String,
+    tls: Option<TlsFiles>,
+}
+
+/// The files of a TLS cluster: the members' certificate, and the client's (for etcdctl).
+#[derive(Clone)]
+struct TlsFiles {
+    ca: PathBuf,
+    server: (PathBuf, PathBuf),
+    client: (PathBuf, PathBuf),
 }
 
 impl EtcdCluster {
@@ -52,10 +65,38 @@ impl EtcdCluster {
     ///
     /// If `etcd` cannot be run, or a member is not ready within 30 s (with its log's tail).
     pub fn start(size: usize) -> EtcdCluster {
+        EtcdCluster::start_with(size, None)
+    }
+
+    /// Starts `size` members that serve clients over TLS only (`https://`, the certificate of
+    /// `pki`'s server) and admit only clients with a certificate signed by `pki`'s CA.
+    ///
+    /// # Panics
+    ///
+    /// As [`EtcdCluster::start`].
+    pub fn start_tls(size: usize, pki: &TestPki) -> EtcdCluster {
+        EtcdCluster::start_tls_presenting(size, pki, ServerCert::Valid)
+    }
+
+    /// [`EtcdCluster::start_tls`], the members presenting `which` certificate.
+    ///
+    /// # Panics
+    ///
+    /// As [`EtcdCluster::start`].
+    pub fn start_tls_presenting(size: usize, pki: &TestPki, which: ServerCert) -> EtcdCluster {
+        let tls = TlsFiles {
+            ca: pki.ca(),
+            server: pki.server(which),
+            client: (pki.client_cert(), pki.client_key()),
+        };
+        EtcdCluster::start_with(size, Some(tls))
+    }
+
+    fn start_with(size: usize, tls: Option<TlsFiles>) -> EtcdCluster {
         // A free port is only a hint: another process (the other lane of scripts/test.sh) may
         // bind it first. A member that finds its port taken starts the cluster over on new ones.
         for _ in 0..PORT_ATTEMPTS {
-            match EtcdCluster::try_start(size) {
+            match EtcdCluster::try_start(size, tls.clone()) {
                 Ok(cluster) => return cluster,
                 Err(why) if why.contains("address already in use") => {}
                 Err(why) => panic!("{why}"),
@@ -64,7 +105,7 @@ impl EtcdCluster {
         panic!("etcd: a port was taken {PORT_ATTEMPTS} times in a row");
     }
 
-    fn try_start(size: usize) -> Result<EtcdCluster, String> {
+    fn try_start(size: usize, tls: Option<TlsFiles>) -> Result<EtcdCluster, String> {
         // etcd syncs every write to disk before it answers; on a shared disk that, not etcd,
         // would set every test's pace. Memory-backed dirs keep the syncs and lose their cost.
         let shm = Path::new("/dev/shm");
@@ -89,6 +130,7 @@ impl EtcdCluster {
             members,
             dir,
             initial_cluster,
+            tls,
         };
         for i in 0..size {
             let child = cluster.spawn(i, "new");
@@ -102,7 +144,7 @@ impl EtcdCluster {
 
     fn spawn(&self, i: usize, state: &str) -> Arc<Child> {
         let member = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", member.client_port);
+        let client = format!("{}://127.0.0.1:{}", self.scheme(), member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let data = self.dir.join(&member.name);
         let mut command = Command::new(binary(ETCD_ENV, "etcd"));
@@ -122,6 +164,16 @@ impl EtcdCluster {
             ])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--logger", "zap", "--log-outputs", "stderr"]);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.server.0)
+                .arg("--key-file")
+                .arg(&tls.server.1)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca)
+                .arg("--client-cert-auth");
+        }
         Child::spawn(command).unwrap_or_else(|e| {
             panic!(
                 "cannot run etcd ({e}); install it (`apt-get install etcd-server`, as \
@@ -159,9 +211,121 @@ impl EtcdCluster {
             .collect()
     }
 
-    /// `etcd://127.0.0.1:port,…` with every member.
+    /// `etcd://127.0.0.1:port,…` with every member (`etcds://` for a TLS cluster).
     pub fn url(&self) -> String {
-        format!("etcd://{}", self.endpoints().join(","))
+        let scheme = match self.tls {
+            Some(_) => "etcds",
+            None => "etcd",
+        };
+        format!("{scheme}://{}", self.endpoints().join(","))
+    }
+
+    /// For a TLS cluster, the CA, client certificate and client key a client presents.
+    pub fn client_tls(&self) -> Option<(&Path, &Path, &Path)> {
+        let tls = self.tls.as_ref()?;
+        Some((&tls.ca, &tls.client.0, &tls.client.1))
+    }
+
+    /// `http[s]://127.0.0.1:port` of every member, as an etcd client dials them.
+    pub fn client_urls(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client_port))
+            .collect()
+    }
+
+    fn scheme(&self) -> &'static str {
+        match self.tls {
+            Some(_) => "https",
+            None => "http",
+        }
+    }
+
+    /// Runs `etcdctl` against every live member with `args` (and the client certificate of a
+    /// TLS cluster); its standard output.
+    ///
+    /// # Panics
+    ///
+    /// If etcdctl cannot be run or fails; the message quotes its output.
+    pub fn etcdctl(&self, args: &[&str]) -> String {
+        let output = self
+            .etcdctl_command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); point {ETCDCTL_ENV} at it"));
+        assert!(
+            output.status.success(),
+            "etcdctl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `script` in `sh`, its `etcdctl` commands going to every live member (with the
+    /// client certificate of a TLS cluster) as `user:password`, if given.
+    ///
+    /// # Panics
+    ///
+    /// If the script fails; the message quotes its output.
+    pub fn etcdctl_script(&self, script: &str, user: Option<&str>) -> String {
+        let probe = self.etcdctl_command(&[]);
+        let mut command = Command::new("sh");
+        // etcdctl reads its flags from ETCDCTL_* too: the script's commands get the same.
+        let program = probe.get_program().to_owned();
+        command
+            .arg("-c")
+            .arg(format!(
+                "etcdctl() {{ command \"$DISTLOCK_ETCDCTL_BIN\" \"$@\"; }}\nset -e\n{script}"
+            ))
+            .env("DISTLOCK_ETCDCTL_BIN", program)
+            .env("ETCDCTL_API", "3")
+            .env("ETCDCTL_ENDPOINTS", self.client_urls().join(","));
+        if let Some(tls) = &self.tls {
+            command
+                .env("ETCDCTL_CACERT", &tls.ca)
+                .env("ETCDCTL_CERT", &tls.client.0)
+                .env("ETCDCTL_KEY", &tls.client.1);
+        }
+        if let Some(user) = user {
+            command.env("ETCDCTL_USER", user);
+        }
+        let output = command.output().expect("sh runs");
+        assert!(
+            output.status.success(),
+            "the etcdctl script failed:\n{script}\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    fn etcdctl_command(&self, args: &[&str]) -> Command {
+        let endpoints: Vec<String> = (0..self.members.len())
+            .filter(|&i| self.is_running(i))
+            .map(|i| {
+                format!(
+                    "{}://127.0.0.1:{}",
+                    self.scheme(),
+                    self.members[i].client_port
+                )
+            })
+            .collect();
+        let mut command = Command::new(binary(ETCDCTL_ENV, "etcdctl"));
+        command
+            .env("ETCDCTL_API", "3")
+            .args(["--endpoints", &endpoints.join(",")])
+            .args(["--command-timeout", "2s", "--dial-timeout", "1s"]);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(&tls.ca)
+                .arg("--cert")
+                .arg(&tls.client.0)
+                .arg("--key")
+                .arg(&tls.client.1);
+        }
+        command.args(args);
+        command
     }
 
     /// The client port of member `i`.
@@ -208,15 +372,8 @@ impl EtcdCluster {
         let live: Vec<usize> = (0..self.members.len())
             .filter(|&i| self.is_running(i))
             .collect();
-        let endpoints: Vec<String> = live
-            .iter()
-            .map(|&i| format!("http://127.0.0.1:{}", self.members[i].client_port))
-            .collect();
-        let output = Command::new(binary(ETCDCTL_ENV, "etcdctl"))
-            .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &endpoints.join(",")])
-            .args(["--command-timeout", "2s", "--dial-timeout", "1s"])
-            .args(["endpoint", "status", "-w", "simple"])
+        let output = self
+            .etcdctl_command(&["endpoint", "status", "-w", "simple"])
             .output()
             .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); point {ETCDCTL_ENV} at it"));
         let text = String::from_utf8_lossy(&output.stdout);

@@ -77,4 +77,4 @@ pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError
 pub use rng::Xorshift;
 pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV, VALKEY_SERVER_ENV};
-pub use tls::TestPki;
+pub use tls::{ServerCert, TestPki};

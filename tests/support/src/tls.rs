@@ -1,6 +1,7 @@
 //! Certificates for TLS tests, made at test time with the `openssl` command-line tool: a CA, a
 //! server certificate for `127.0.0.1`/`localhost` signed by it, a client certificate signed by it,
-//! and an unrelated second CA (what a client trusting the wrong CA has).
+//! an unrelated second CA (what a client trusting the wrong CA has), and two server
+//! certificates a client must refuse: one that expired, one for another host.
 //!
 //! Keys are P-256 (fast to generate); certificates live two days, in a temp dir removed on drop.
 
@@ -9,6 +10,17 @@ use std::process::Command;
 
 use crate::server::make_temp_dir;
 use crate::ServerConfig;
+
+/// Which certificate a test server presents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCert {
+    /// Signed by the CA, for `127.0.0.1` and `localhost`, valid for two days.
+    Valid,
+    /// Signed by the CA, for `127.0.0.1` and `localhost`, and expired.
+    Expired,
+    /// Signed by the CA, valid, for `elsewhere.invalid` only.
+    Misnamed,
+}
 
 /// The files of one test PKI.
 #[derive(Debug)]
@@ -28,17 +40,33 @@ impl TestPki {
         };
         pki.make_ca("ca", "distlock test CA");
         pki.make_ca("other-ca", "an unrelated CA");
-        pki.make_leaf(
-            "server",
-            "localhost",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        );
+        let local = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+        pki.make_leaf("server", "localhost", local, "2");
+        // Valid until a day before it was issued.
+        pki.make_leaf("expired", "localhost", local, "-1");
+        let elsewhere = "subjectAltName=DNS:elsewhere.invalid\nextendedKeyUsage=serverAuth\n";
+        pki.make_leaf("misnamed", "elsewhere.invalid", elsewhere, "2");
         pki.make_leaf(
             "client",
             "distlock test client",
             "extendedKeyUsage=clientAuth\n",
+            "2",
         );
         pki
+    }
+
+    /// The certificate and key a server presents: [`ServerCert::Valid`] is
+    /// ([`server_cert`](Self::server_cert), [`server_key`](Self::server_key)).
+    pub fn server(&self, which: ServerCert) -> (PathBuf, PathBuf) {
+        let name = match which {
+            ServerCert::Valid => "server",
+            ServerCert::Expired => "expired",
+            ServerCert::Misnamed => "misnamed",
+        };
+        (
+            self.path(&format!("{name}.crt")),
+            self.path(&format!("{name}.key")),
+        )
     }
 
     /// The CA that signed the server and client certificates.
@@ -117,7 +145,7 @@ impl TestPki {
         );
     }
 
-    fn make_leaf(&self, name: &str, subject: &str, extensions: &str) {
+    fn make_leaf(&self, name: &str, subject: &str, extensions: &str, days: &str) {
         let ext = format!("{name}.ext");
         std::fs::write(
             self.path(&ext),
@@ -154,7 +182,7 @@ impl TestPki {
                 "ca.key",
                 "-CAcreateserial",
                 "-days",
-                "2",
+                days,
                 "-extfile",
                 &ext,
                 "-out",

@@ -1,23 +1,39 @@
 //! The connection to an etcd cluster: opened on first use (inside the runtime that uses the
-//! backend), balanced over the members, each request bounded by the response timeout.
+//! backend), balanced over the members, each request bounded by the response timeout. For
+//! `etcds://`, over TLS to every member: the CA of `tls_ca_file` (else the web PKI roots), and
+//! the client certificate of `tls_client_auth_files` for members that check clients.
 
 use super::url::EtcdSpec;
 use crate::engines::engine::{EngineFailure, EngineResult};
-use crate::engines::settings::Timeouts;
+use crate::engines::settings::{Timeouts, TlsFiles};
+use crate::util::advised::Advised;
+use crate::util::tls_advice::{self, chain_mentions};
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
 use tonic::Code;
 
 pub(crate) struct Connection {
     spec: EtcdSpec,
+    tls: TlsFiles,
+    /// The backend's prefix, and the start of every key under it (`<prefix>:{`), for advice.
+    prefix: String,
+    keys: String,
     timeouts: Timeouts,
     client: tokio::sync::OnceCell<Client>,
 }
 
 impl Connection {
-    pub(crate) fn new(spec: EtcdSpec, timeouts: Timeouts) -> Connection {
+    pub(crate) fn new(
+        spec: EtcdSpec,
+        tls: TlsFiles,
+        prefix: &str,
+        timeouts: Timeouts,
+    ) -> Connection {
         Connection {
             spec,
+            tls,
+            prefix: prefix.to_owned(),
+            keys: super::acl::key_prefix(prefix),
             timeouts,
             client: tokio::sync::OnceCell::new(),
         }
@@ -45,10 +61,20 @@ impl Connection {
                 if let (Some(user), Some(password)) = (&self.spec.username, &self.spec.password) {
                     options = options.with_user(user.clone(), password.clone());
                 }
+                if self.spec.secure {
+                    options = with_tls(options, &self.tls);
+                }
                 let connecting = Client::connect(self.spec.endpoints(), Some(options));
                 match tokio::time::timeout(self.timeouts.connect, connecting).await {
-                    Ok(connected) => connected.map_err(refused),
-                    Err(_) => Err(refused("no member answered in time")),
+                    // Nothing was sent: a connection that was not made carried no request.
+                    Ok(connected) => connected.map_err(|err| EngineFailure {
+                        ambiguous: false,
+                        ..self.failure(err)
+                    }),
+                    Err(_) => Err(EngineFailure {
+                        ambiguous: false,
+                        source: "could not connect to etcd: no member answered in time".into(),
+                    }),
                 }
             })
             .await?;
@@ -69,34 +95,95 @@ impl Connection {
         let client = self.client().await?;
         match tokio::time::timeout(self.timeouts.response, request(client)).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(err)) => Err(failed(err)),
+            Ok(Err(err)) => Err(self.failure(err)),
             Err(_) => Err(EngineFailure::ambiguous("etcd did not answer in time")),
         }
     }
 }
 
-/// A request that failed: ambiguous unless etcd said it refused it.
-fn failed(err: etcd_client::Error) -> EngineFailure {
-    let refused_outright = matches!(
-        &err,
-        etcd_client::Error::GRpcStatus(status) if matches!(
-            status.code(),
-            Code::PermissionDenied
-                | Code::Unauthenticated
-                | Code::InvalidArgument
-                | Code::FailedPrecondition
-        )
-    );
-    EngineFailure {
-        ambiguous: !refused_outright,
-        source: Box::new(err),
+/// `options` with TLS: the CA given (else the web PKI roots), and the client certificate if
+/// one is set.
+#[cfg(feature = "tls")]
+fn with_tls(options: ConnectOptions, tls: &TlsFiles) -> ConnectOptions {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let mut config = TlsOptions::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+        None => config.with_webpki_roots(),
+    };
+    if let Some((cert, key)) = &tls.client {
+        config = config.identity(Identity::from_pem(cert, key));
     }
+    options.with_tls(config)
 }
 
-/// The connection could not be made: nothing was sent.
-fn refused(err: impl std::fmt::Display) -> EngineFailure {
-    EngineFailure {
-        ambiguous: false,
-        source: format!("could not connect to etcd: {err}").into(),
+#[cfg(not(feature = "tls"))]
+fn with_tls(_options: ConnectOptions, _tls: &TlsFiles) -> ConnectOptions {
+    unreachable!("etcds:// URLs are refused when parsed, without the `tls` feature")
+}
+
+impl Connection {
+    /// A request that failed: ambiguous unless etcd said it refused it or the TLS handshake
+    /// failed (the request never left), with advice for the causes a user can fix.
+    pub(crate) fn failure(&self, err: etcd_client::Error) -> EngineFailure {
+        let code = match &err {
+            etcd_client::Error::GRpcStatus(status) => Some(status.code()),
+            _ => None,
+        };
+        let refused_outright = matches!(
+            code,
+            Some(
+                Code::PermissionDenied
+                    | Code::Unauthenticated
+                    | Code::InvalidArgument
+                    | Code::FailedPrecondition
+            )
+        );
+        let tls = match self.spec.secure {
+            true => tls_advice::advice(&err, "etcd"),
+            false => None,
+        };
+        let ambiguous = !refused_outright && tls.is_none();
+        let advice = tls.or_else(|| self.advice(&err, code));
+        let source: Box<dyn std::error::Error + Send + Sync> = match advice {
+            Some(advice) => Box::new(Advised { error: err, advice }),
+            None => Box::new(err),
+        };
+        EngineFailure { ambiguous, source }
+    }
+
+    /// What to do about a refused request or a connection the members closed.
+    fn advice(&self, err: &etcd_client::Error, code: Option<Code>) -> Option<String> {
+        if code == Some(Code::PermissionDenied) {
+            return Some(format!(
+                "the etcd user lacks a permission distlock needs: read and write on the keys \
+                 that start with `{}` (`distlock acl etcd --prefix {}` prints the role to grant)",
+                self.keys, self.prefix
+            ));
+        }
+        if chain_mentions(err, "authentication failed") || code == Some(Code::Unauthenticated) {
+            return Some(
+                "etcd rejected the credentials; check the user name and password in the URL"
+                    .to_owned(),
+            );
+        }
+        let closed = chain_mentions(err, "connection closed")
+            || chain_mentions(err, "broken pipe")
+            || chain_mentions(err, "connection reset");
+        match (self.spec.secure, closed) {
+            (true, true) if self.tls.client.is_none() => Some(
+                "the member closed the connection after the TLS handshake, as members that \
+                 check client certificates (--client-cert-auth) do with a client that has none; \
+                 set `tls_client_auth_files` on the backend builder (or DISTLOCK_TLS_CERT_FILE \
+                 and DISTLOCK_TLS_KEY_FILE)"
+                    .to_owned(),
+            ),
+            (false, true) => Some(
+                "the member closed the connection at once, as a member serving TLS does with a \
+                 plain client; if it serves TLS on this port, use an etcds:// URL"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
     }
 }

@@ -10,7 +10,7 @@ impl Backend {
     /// A builder for an etcd cluster, from its members' client addresses (`host[:port]`, port
     /// 2379 by default; one reachable is enough, the client moves on when one fails): the same
     /// as [`Backend::builder`] with `etcd://host:port,…` (what `DISTLOCK_URL` takes; use that
-    /// form for credentials). Feature `etcd`.
+    /// form for credentials, and `etcds://host:port,…` for TLS). Feature `etcd`.
     ///
     /// ```
     /// let backend = distlock::Backend::etcd(["10.0.0.1:2379", "10.0.0.2:2379", "10.0.0.3:2379"])
@@ -29,6 +29,7 @@ impl Backend {
         BackendBuilder::new(endpoints.map(|endpoints| {
             Arc::new(EtcdSpec {
                 endpoints,
+                secure: false,
                 username: None,
                 password: None,
             }) as Arc<dyn EngineSpec>

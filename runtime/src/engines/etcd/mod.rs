@@ -1,4 +1,4 @@
-//! The etcd engine (`etcd://`, feature `etcd`): locks on a consensus store, which keeps a
+//! The etcd engine (`etcd://`, `etcds://` with TLS; feature `etcd`): locks on a consensus store, which keeps a
 //! granted lock through the loss of any minority of its members and hands out a fencing token
 //! that only grows across leader changes.
 //!
@@ -14,6 +14,8 @@
 //! lease for up to a second. An entry nobody renews lapses with its lease, as a Redis key with
 //! its TTL.
 
+#[cfg(feature = "etcd")]
+pub(crate) mod acl;
 #[cfg(feature = "etcd")]
 pub(crate) mod client;
 #[cfg(feature = "etcd")]
@@ -33,10 +35,10 @@ mod url;
 
 use crate::engines::spec::{Parser, Registration};
 
-/// `etcd://`: parsed in builds with the `etcd` feature, named as missing in the others.
+/// `etcd://` and `etcds://`: parsed in builds with the `etcd` feature, named as missing in the others.
 pub(crate) const REGISTRATION: Registration = Registration {
-    schemes: &["etcd"],
-    forms: "etcd://host:port,…",
+    schemes: &["etcd", "etcds"],
+    forms: "etcd://host:port,…, etcds://host:port,…",
     #[cfg(feature = "etcd")]
     parser: Parser::Url(|url| Ok(std::sync::Arc::new(url::EtcdSpec::parse(url)?))),
     #[cfg(not(feature = "etcd"))]

@@ -21,8 +21,9 @@ impl EngineSpec for EtcdSpec {
 
     fn refuses(&self, setting: Optional) -> Option<String> {
         Some(match setting {
-            Optional::Tls => "an etcd:// URL; TLS to etcd is not supported yet. Drop the TLS \
-                              settings"
+            Optional::Tls if self.secure => return None,
+            Optional::Tls => "an etcd:// URL, which is not encrypted; use etcds:// to connect \
+                              with TLS, or drop the TLS settings"
                 .into(),
             Optional::MinReplicas => "an etcd cluster, whose writes are committed by a majority \
                                       of its members before they are answered; set it to 0"
@@ -35,6 +36,7 @@ impl EngineSpec for EtcdSpec {
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
         let store = EtcdStore::new(
             self,
+            settings.tls,
             settings.prefix,
             settings.timeouts,
             settings.holder_label,

@@ -9,7 +9,7 @@ use super::url::EtcdSpec;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::Entry;
 use crate::engines::queue::store::{Deletion, Deletions, Presence, Read, Store};
-use crate::engines::settings::Timeouts;
+use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
@@ -34,9 +34,15 @@ pub(crate) struct EtcdStore {
 }
 
 impl EtcdStore {
-    pub(crate) fn new(spec: &EtcdSpec, prefix: &str, timeouts: Timeouts, label: &str) -> EtcdStore {
+    pub(crate) fn new(
+        spec: &EtcdSpec,
+        tls: &TlsFiles,
+        prefix: &str,
+        timeouts: Timeouts,
+        label: &str,
+    ) -> EtcdStore {
         EtcdStore {
-            connection: Arc::new(Connection::new(spec.clone(), timeouts)),
+            connection: Arc::new(Connection::new(spec.clone(), tls.clone(), prefix, timeouts)),
             prefix: prefix.to_owned(),
             label: label.to_owned(),
             rounding: Rounding::default(),

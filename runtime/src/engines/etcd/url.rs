@@ -1,4 +1,5 @@
-//! An `etcd://` URL, parsed: the cluster's endpoints and the user's credentials.
+//! An `etcd://` or `etcds://` URL, parsed: the cluster's endpoints, whether they speak TLS, and
+//! the user's credentials.
 
 use crate::error::LockError;
 use crate::util::hosts::Authority;
@@ -12,25 +13,34 @@ pub(crate) const ETCD_PORT: u16 = 2379;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EtcdSpec {
     pub(crate) endpoints: Vec<(String, u16)>,
+    /// `etcds://`: TLS to every member (mutual TLS when a client certificate is set).
+    pub(crate) secure: bool,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
 }
 
 impl EtcdSpec {
-    /// Parses `etcd://[user:password@]host[:port][,host[:port]…]` (no path, no query).
+    /// Parses `etcd[s]://[user:password@]host[:port][,host[:port]…]` (no path, no query).
     pub(crate) fn parse(url: &str) -> Result<EtcdSpec, LockError> {
         let problem = |what: String| {
             LockError::invalid_config(
                 "url",
                 format!(
-                    "`{}` {what}; expected etcd://[user:password@]host:2379[,host:2379…]",
+                    "`{}` {what}; expected etcd[s]://[user:password@]host:2379[,host:2379…]",
                     redact_url(url)
                 ),
             )
         };
-        let rest = url
-            .strip_prefix("etcd://")
-            .ok_or_else(|| problem("is not an etcd:// URL".into()))?;
+        let (rest, secure) = match (url.strip_prefix("etcd://"), url.strip_prefix("etcds://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(problem("is not an etcd:// or etcds:// URL".into())),
+        };
+        if secure && !cfg!(feature = "tls") {
+            return Err(problem(
+                "asks for TLS; enable the `tls` feature of distlock to use etcds:// URLs".into(),
+            ));
+        }
         let authority = rest.trim_end_matches('/');
         if let Some(extra) = authority.find(['/', '?']) {
             return Err(problem(format!(
@@ -52,18 +62,23 @@ impl EtcdSpec {
         }
         Ok(EtcdSpec {
             endpoints: hosts,
+            secure,
             username,
             password,
         })
     }
 
-    /// `host:port` of each member, as the client dials them.
+    /// `http[s]://host:port` of each member, as the client dials them.
     pub(crate) fn endpoints(&self) -> Vec<String> {
+        let scheme = match self.secure {
+            true => "https",
+            false => "http",
+        };
         self.endpoints
             .iter()
             .map(|(host, port)| match host.contains(':') {
-                true => format!("http://[{host}]:{port}"),
-                false => format!("http://{host}:{port}"),
+                true => format!("{scheme}://[{host}]:{port}"),
+                false => format!("{scheme}://{host}:{port}"),
             })
             .collect()
     }
@@ -75,7 +90,11 @@ impl EtcdSpec {
             .iter()
             .map(|(host, port)| format!("{host}:{port}"))
             .collect();
-        format!("the etcd cluster of members {}", members.join(","))
+        let tls = match self.secure {
+            true => " (TLS)",
+            false => "",
+        };
+        format!("the etcd cluster of members {}{tls}", members.join(","))
     }
 }
 
@@ -96,6 +115,22 @@ mod tests {
             spec.endpoints(),
             ["http://10.0.0.1:2379", "http://10.0.0.2:2479"]
         );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn an_etcds_url_dials_every_member_over_tls() {
+        let spec = EtcdSpec::parse("etcds://h1,h2:2479").unwrap();
+        assert!(spec.secure);
+        assert_eq!(spec.endpoints(), ["https://h1:2379", "https://h2:2479"]);
+        assert!(spec.describe().ends_with("(TLS)"), "{}", spec.describe());
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn an_etcds_url_needs_the_tls_feature() {
+        let err = EtcdSpec::parse("etcds://h1").unwrap_err().to_string();
+        assert!(err.contains("enable the `tls` feature"), "{err}");
     }
 
     #[test]

@@ -3,26 +3,8 @@
 //! advice is added after them.
 
 use crate::engines::engine::EngineFailure;
-use std::fmt;
-
-/// A Redis error with the advice that fixes its cause.
-#[derive(Debug)]
-pub(crate) struct Diagnosed {
-    error: redis::RedisError,
-    advice: String,
-}
-
-impl fmt::Display for Diagnosed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}; {}", self.error, self.advice)
-    }
-}
-
-impl std::error::Error for Diagnosed {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
+use crate::util::advised::Advised;
+use crate::util::tls_advice::{self, chain_mentions};
 
 /// What a failed command means for the lock: whether it may have run although no reply was read
 /// (a timeout, or a connection that broke after the request was written), and advice for the
@@ -37,7 +19,7 @@ pub(crate) fn failure(err: redis::RedisError, prefix: &str) -> EngineFailure {
             || (err.is_io_error() && !err.is_connection_refusal()));
     let source: Box<dyn std::error::Error + Send + Sync> = match advice {
         Some(Advice::Tls(advice) | Advice::Other(advice)) => {
-            Box::new(Diagnosed { error: err, advice })
+            Box::new(Advised { error: err, advice })
         }
         None => Box::new(err),
     };
@@ -84,32 +66,7 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
             "a key under the prefix `{prefix}`"
         ))));
     }
-    // rustls names the alert the server sent, or what it found wrong with the server's
-    // certificate.
-    if chain_mentions(err, "certificaterequired") {
-        return Some(Advice::Tls(
-            "this is a TLS certificate problem: the server requires a client certificate; set \
-             `tls_client_auth_files` on the backend builder (or DISTLOCK_TLS_CERT_FILE and \
-             DISTLOCK_TLS_KEY_FILE)"
-                .to_owned(),
-        ));
-    }
-    if chain_mentions(err, "alert") && chain_mentions(err, "certificate") {
-        return Some(Advice::Tls(
-            "this is a TLS certificate problem: the server rejected the client certificate; it \
-             must be signed by a CA the server trusts (its tls-ca-cert-file)"
-                .to_owned(),
-        ));
-    }
-    if chain_mentions(err, "certificate") {
-        return Some(Advice::Tls(
-            "this is a TLS certificate problem: the server's certificate was not accepted. It \
-             must be signed by a CA the client trusts (set `tls_ca_file` on the backend builder, \
-             or DISTLOCK_TLS_CA_FILE, to the CA that signed it) and name the host in the URL"
-                .to_owned(),
-        ));
-    }
-    None
+    tls_advice::advice(err, "redis").map(Advice::Tls)
 }
 
 /// A script found `lock` holding a value distlock did not write: refused, not ambiguous (the
@@ -129,17 +86,4 @@ pub(crate) fn foreign_value(what: &str) -> String {
          distlock from before the one-string lock layout does: upgrade every process of a prefix \
          together); choose another prefix (BackendBuilder::prefix or DISTLOCK_PREFIX)"
     )
-}
-
-/// Whether `needle` appears in the error or any of its sources (rustls errors arrive wrapped in
-/// an I/O error).
-fn chain_mentions(err: &(dyn std::error::Error + 'static), needle: &str) -> bool {
-    let mut next = Some(err);
-    while let Some(err) = next {
-        if err.to_string().to_ascii_lowercase().contains(needle) {
-            return true;
-        }
-        next = err.source();
-    }
-    false
 }
