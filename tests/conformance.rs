@@ -11,7 +11,8 @@ mod kinds;
 use kinds::*;
 
 use common::{
-    Cluster, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel, SingleRedis, Valkey,
+    Cluster, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel, SentinelTls,
+    SingleRedis, Valkey,
 };
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
@@ -82,6 +83,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Postgres>().await;
+                }
+            )*
+        }
+        mod sentinel_tls {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::SentinelTls>().await;
                 }
             )*
         }

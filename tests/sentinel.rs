@@ -54,13 +54,26 @@ fn sentinel_backend(url: &str, watchdog: Duration) -> Backend {
 /// still has a replica to acknowledge grants.)
 #[test]
 fn failover_under_load_resumes_without_overlap_or_token_regression() {
-    let mut group = SentinelGroup::start_with_replicas(2, DOWN_AFTER);
+    failover_under_load(SentinelGroup::start_with_replicas(2, DOWN_AFTER));
+}
+
+/// The same over TLS only (`rediss-sentinel://`): the workers follow the switch to the promoted
+/// replica's TLS port, as the sentinels name it.
+#[test]
+fn failover_under_load_over_tls_resumes_without_overlap_or_token_regression() {
+    failover_under_load(SentinelGroup::start_tls(2, DOWN_AFTER));
+}
+
+fn failover_under_load(mut group: SentinelGroup) {
     let resource = RedisServer::start();
     let mut workers: Vec<Worker> = (0..PROCESSES)
         .map(|index| {
             let mut env = sections::worker_env(&group.sentinel_url(), &resource, index);
             env.push(("MIN_REPLICAS", "1".to_owned()));
             env.push(("LEASE_MS", SECTION_LEASE.as_millis().to_string()));
+            if let Some(pki) = group.pki() {
+                env.push(("TLS_CA_FILE", pki.ca().to_string_lossy().into_owned()));
+            }
             Worker::spawn("worker_entry", "sections", &env)
         })
         .collect();
@@ -100,12 +113,13 @@ fn failover_under_load_resumes_without_overlap_or_token_regression() {
     let noscripts = error_count(group.primary(), "NOSCRIPT");
     let last_resume = resumed.iter().max().unwrap();
     eprintln!(
-        "SENTINEL failover under load: {PROCESSES} processes x {TASKS} tasks, {} sections ({before} \
+        "SENTINEL failover under load ({}): {PROCESSES} processes x {TASKS} tasks, {} sections ({before} \
          before the kill, {} after); sentinels switched {switched:?} after the kill, every worker \
          resumed within {last_resume:?} (down-after {DOWN_AFTER:?}); the longest pause between \
          two sections {longest_pause:?}; {} overlaps, {regressions} \
          token regressions, {} fenced writes rejected; {} errors and {} unacknowledged grants \
          while the primary was gone; {noscripts} NOSCRIPT replies on the new primary",
+        group.sentinel_url().split("://").next().unwrap(),
         total.sections, total.after_kill, total.overlaps, total.rejected, total.errors,
         total.unreplicated
     );

@@ -405,27 +405,37 @@ impl Fixture for Redlock {
 
 /// A primary with one replica and three sentinels; the backend finds the primary through the
 /// sentinels and has every grant and renewal acknowledged by the replica (`min_replicas(1)`).
-pub struct Sentinel {
+pub struct SentinelOf<const TLS: bool> {
     pub group: SentinelGroup,
     backend: Backend,
     builder: BackendBuilder,
 }
 
-impl Sentinel {
+/// A Sentinel group over plain connections.
+pub type Sentinel = SentinelOf<false>;
+/// A Sentinel group that speaks TLS only, to clients, between servers and between sentinels
+/// (`rediss-sentinel://`).
+pub type SentinelTls = SentinelOf<true>;
+
+impl<const TLS: bool> SentinelOf<TLS> {
     fn primary(&self) -> &RedisServer {
         self.group.primary()
     }
 }
 
-impl Fixture for Sentinel {
+impl<const TLS: bool> Fixture for SentinelOf<TLS> {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let group = SentinelGroup::start(Duration::from_secs(5));
-        let builder = configure(
-            Backend::builder(group.sentinel_url())
-                .prefix(PREFIX)
-                .min_replicas(1),
-        );
-        Sentinel {
+        let down_after = Duration::from_secs(5);
+        let group = match TLS {
+            true => SentinelGroup::start_tls(1, down_after),
+            false => SentinelGroup::start(down_after),
+        };
+        let mut base = Backend::builder(group.sentinel_url());
+        if let Some(pki) = group.pki() {
+            base = base.tls_ca_file(pki.ca());
+        }
+        let builder = configure(base.prefix(PREFIX).min_replicas(1));
+        SentinelOf {
             backend: builder.clone().build().expect("valid sentinel settings"),
             builder,
             group,
@@ -456,7 +466,10 @@ impl Fixture for Sentinel {
     }
 
     fn kind(&self) -> &'static str {
-        "sentinel"
+        match TLS {
+            true => "sentinel over TLS",
+            false => "sentinel",
+        }
     }
 
     fn servers(&self) -> Vec<&RedisServer> {

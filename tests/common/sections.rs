@@ -106,13 +106,16 @@ pub fn worker_env(
 }
 
 /// The backend a worker locks with: `LOCK_URL`, a `LEASE_MS` watchdog lease (10 s by default),
-/// `MIN_REPLICAS` replicas to acknowledge each grant (Sentinel).
+/// `MIN_REPLICAS` replicas to acknowledge each grant (Sentinel), the CA of `TLS_CA_FILE` (TLS).
 fn backend() -> Backend {
     let url = std::env::var("LOCK_URL").unwrap();
     let lease = std::env::var("LEASE_MS").map_or(10_000, |ms| ms.parse().unwrap());
     let mut builder = Backend::builder(url)
         .prefix(super::PREFIX)
         .watchdog_lease(Duration::from_millis(lease));
+    if let Ok(ca) = std::env::var("TLS_CA_FILE") {
+        builder = builder.tls_ca_file(ca);
+    }
     if let Ok(replicas) = std::env::var("MIN_REPLICAS") {
         builder = builder
             .min_replicas(replicas.parse().unwrap())

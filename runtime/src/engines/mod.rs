@@ -129,8 +129,8 @@ mod tests {
         assert!(
             unknown.ends_with(
                 "expected redis://host:port, rediss://host:port, unix:///path/to/socket, \
-                 redis-sentinel://host:port,…/MASTER_NAME, redis-cluster://host:port,…, \
-                 etcd://host:port,…, postgres://user@host:port/database, memory://, or three \
+                 redis[s]-sentinel://host:port,…/MASTER_NAME, redis[s]-cluster://host:port,…, \
+                 etcd[s]://host:port,…, postgres://user@host:port/database, memory://, or three \
                  or more comma-separated redis:// URLs for Redlock"
             ),
             "{unknown}"

@@ -64,7 +64,7 @@ impl Default for Timeouts {
 }
 
 /// Certificates in PEM form, read when the backend is built.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub(crate) struct TlsFiles {
     /// CA certificate(s) that sign the server's certificate.
     pub(crate) ca: Option<Vec<u8>>,

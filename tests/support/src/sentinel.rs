@@ -28,6 +28,7 @@ use crate::server::{
     make_temp_dir, redis_server_binary, tail, Failure, COMMAND_TIMEOUT, KILL_DEADLINE,
     PORT_ATTEMPTS, PORT_TAKEN_LINE, REDIS_SERVER_ENV, START_DEADLINE,
 };
+use crate::tls::TestPki;
 use crate::{RedisServer, Reply, ServerConfig};
 
 /// The name under which the sentinels monitor the primary, the last part of
@@ -88,6 +89,8 @@ pub struct SentinelGroup {
     servers: Vec<RedisServer>,
     /// Index into `servers` of the current primary.
     primary: usize,
+    /// A TLS group's certificates; declared last, so removed after every process is gone.
+    pki: Option<TestPki>,
 }
 
 impl SentinelGroup {
@@ -127,16 +130,39 @@ impl SentinelGroup {
     ///
     /// As [`SentinelGroup::start`], and for `replicas == 0`.
     pub fn start_with_replicas(replicas: usize, down_after: Duration) -> SentinelGroup {
+        SentinelGroup::start_group(replicas, down_after, None)
+    }
+
+    /// Like [`SentinelGroup::start_with_replicas`], encrypted: every server and sentinel takes
+    /// clients on a TLS port (the certificate of [`SentinelGroup::pki`]'s server), replicas
+    /// replicate over TLS, sentinels talk to the servers and to each other over TLS, and the
+    /// sentinels name the servers' TLS ports. Each process keeps a plain port on loopback for
+    /// the harness's own commands, which no client is told of.
+    ///
+    /// # Panics
+    ///
+    /// As [`SentinelGroup::start`].
+    pub fn start_tls(replicas: usize, down_after: Duration) -> SentinelGroup {
+        SentinelGroup::start_group(replicas, down_after, Some(TestPki::generate()))
+    }
+
+    fn start_group(replicas: usize, down_after: Duration, pki: Option<TestPki>) -> SentinelGroup {
         assert!(
             down_after.as_millis() >= 1,
             "SentinelGroup::start: down_after must be at least 1 ms, not {down_after:?}"
         );
         assert!(replicas >= 1, "SentinelGroup: a failover needs a replica");
-        let primary = RedisServer::start();
+        let config = |config: ServerConfig| match &pki {
+            Some(pki) => pki
+                .serve(config, free_port(), false)
+                .arg("tls-replication", "yes"),
+            None => config,
+        };
+        let primary = RedisServer::start_with(config(ServerConfig::new()));
         let mut servers = vec![primary];
         for _ in 0..replicas {
-            let config = ServerConfig::new().replica_of(servers[0].port());
-            servers.push(RedisServer::start_with(config));
+            let replica = config(ServerConfig::new().replica_of(servers[0].announced_port()));
+            servers.push(RedisServer::start_with(replica));
         }
         // Sentinels learn about replicas from the primary's INFO, which they
         // ask for at once and then only every INFO_PERIOD: the replicas must
@@ -148,26 +174,37 @@ impl SentinelGroup {
         // waited for (`WAIT`) from the start.
         servers[0].wait_for_replicas(replicas);
         let sentinels = (0..SENTINELS)
-            .map(|_| SentinelProcess::start(servers[0].port(), down_after))
+            .map(|_| SentinelProcess::start(servers[0].announced_port(), down_after, pki.as_ref()))
             .collect();
         // Built before waiting, so that a panic below cleans up everything.
         let group = SentinelGroup {
             sentinels,
             servers,
             primary: 0,
+            pki,
         };
         group.wait_until_discovered();
         group
     }
 
-    /// `redis-sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/distlock-primary`.
+    /// `redis-sentinel://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>/distlock-primary`; for a
+    /// TLS group, `rediss-sentinel://` and the sentinels' TLS ports.
     pub fn sentinel_url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| s.addr().to_string())
+            .map(|s| format!("127.0.0.1:{}", s.announced_port()))
             .collect();
-        format!("redis-sentinel://{}/{MASTER_NAME}", hosts.join(","))
+        let scheme = match self.pki {
+            Some(_) => "rediss-sentinel",
+            None => "redis-sentinel",
+        };
+        format!("{scheme}://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// A TLS group's certificates: its CA signed every server's and sentinel's.
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.pki.as_ref()
     }
 
     /// The sentinels' addresses, `127.0.0.1:<port>` each.
@@ -317,7 +354,7 @@ impl SentinelGroup {
     /// and that server logged its promotion; swaps the roles. Returns the time
     /// from `cause` to the first announcement.
     fn switch_after(&mut self, what: &str, cause: impl FnOnce(&mut Self)) -> Duration {
-        let old = self.primary().port();
+        let old = self.primary().announced_port();
         // A sentinel logs this line again for a later failover between the
         // same two servers: only lines after these marks count.
         let marks: Vec<usize> = self
@@ -351,7 +388,7 @@ impl SentinelGroup {
         let promoted = self
             .servers
             .iter()
-            .position(|server| server.port() == new)
+            .position(|server| server.announced_port() == new)
             .unwrap_or_else(|| panic!("the sentinels promoted port {new}, not one of ours"));
         self.servers[promoted].wait_for_log(PROMOTED_LINE);
         self.primary = promoted;
@@ -401,10 +438,10 @@ impl SentinelGroup {
     /// sentinels.
     fn wait_until_discovered(&self) {
         let deadline = Instant::now() + DISCOVERY_DEADLINE;
-        let primary = self.primary().port();
+        let primary = self.primary().announced_port();
         let at = format!("@ {MASTER_NAME} 127.0.0.1 {primary}");
         for sentinel in &self.sentinels {
-            for replica in self.replicas().map(RedisServer::port) {
+            for replica in self.replicas().map(RedisServer::announced_port) {
                 sentinel.wait_for_log(
                     &format!("+slave slave 127.0.0.1:{replica} 127.0.0.1 {replica} {at}"),
                     0,
@@ -415,7 +452,8 @@ impl SentinelGroup {
                 sentinel.wait_for_log(
                     &format!(
                         "+sentinel sentinel {} 127.0.0.1 {} {at}",
-                        other.id, other.port
+                        other.id,
+                        other.announced_port()
                     ),
                     0,
                     deadline,
@@ -489,6 +527,8 @@ fn parse_addr(reply: &Reply) -> Option<SocketAddr> {
 /// Dropping it SIGKILLs the process by PID, reaps it and removes its temp dir.
 struct SentinelProcess {
     port: u16,
+    /// The TLS port of a sentinel of a TLS group: the one it announces and clients use.
+    tls_port: Option<u16>,
     /// Holds the config file the sentinel rewrites.
     dir: PathBuf,
     /// The sentinel's run ID, as it announces itself to the others.
@@ -510,15 +550,17 @@ impl fmt::Debug for SentinelProcess {
 impl SentinelProcess {
     /// Starts a sentinel monitoring the master on `127.0.0.1:<primary>`,
     /// waits until it logs that it does, and sets its timing.
-    fn start(primary: u16, down_after: Duration) -> SentinelProcess {
+    fn start(primary: u16, down_after: Duration, pki: Option<&TestPki>) -> SentinelProcess {
         let dir = make_temp_dir();
         let mut last_output = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
-            match launch_sentinel(primary, down_after.as_millis(), port, &dir) {
+            let tls = pki.map(|pki| (free_port(), pki));
+            match launch_sentinel(primary, down_after.as_millis(), port, tls, &dir) {
                 Ok((child, id)) => {
                     let sentinel = SentinelProcess {
                         port,
+                        tls_port: tls.map(|(port, _)| port),
                         dir,
                         id,
                         child,
@@ -543,6 +585,11 @@ impl SentinelProcess {
 
     fn addr(&self) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The port the sentinel announces to the others, and clients use.
+    fn announced_port(&self) -> u16 {
+        self.tls_port.unwrap_or(self.port)
     }
 
     /// Shortens the sentinel's internal periods (they are not config-file
@@ -629,6 +676,7 @@ fn launch_sentinel(
     primary: u16,
     down_after_ms: u128,
     port: u16,
+    tls: Option<(u16, &TestPki)>,
     dir: &Path,
 ) -> Result<(Arc<Child>, String), Failure> {
     // Only the `sentinel` directives live in the file (they must, and in this
@@ -660,6 +708,18 @@ fn launch_sentinel(
         .args(["--logfile", ""])
         .args(["--daemonize", "no"])
         .args(["--protected-mode", "no"]);
+    if let Some((tls_port, pki)) = tls {
+        // TLS to the servers and the other sentinels too, which it then tells its TLS port.
+        command
+            .args(["--tls-port", &tls_port.to_string()])
+            .arg("--tls-cert-file")
+            .arg(pki.server_cert())
+            .arg("--tls-key-file")
+            .arg(pki.server_key())
+            .arg("--tls-ca-cert-file")
+            .arg(pki.ca())
+            .args(["--tls-auth-clients", "no", "--tls-replication", "yes"]);
+    }
     let child = Child::spawn(command).map_err(|e| {
         Failure::Other(format!(
             "cannot run redis-server --sentinel ({e}); install redis-server \
@@ -716,7 +776,7 @@ mod tests {
         let port = squatter.local_addr().unwrap().port();
         let dir = make_temp_dir();
         // The sentinel exits before it would look for the (absent) primary.
-        let result = launch_sentinel(free_port(), 500, port, &dir);
+        let result = launch_sentinel(free_port(), 500, port, None, &dir);
         std::fs::remove_dir_all(&dir).unwrap();
         match result {
             Err(Failure::PortTaken(log)) => assert!(log.contains(PORT_TAKEN_LINE), "{log}"),

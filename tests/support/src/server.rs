@@ -122,6 +122,16 @@ impl ServerConfig {
         self
     }
 
+    /// The TLS port (`tls-port`), if the configuration sets one.
+    fn tls_port(&self) -> Option<u16> {
+        self.args
+            .iter()
+            .rev()
+            .find(|(name, _)| name.eq_ignore_ascii_case("tls-port"))
+            .and_then(|(_, value)| value.parse().ok())
+            .filter(|&port| port != 0)
+    }
+
     /// Whether the server will be a Redis Cluster node listening on the
     /// default bus port (its port plus 10000).
     fn needs_bus_port(&self) -> bool {
@@ -266,7 +276,19 @@ impl RedisServer {
         })
     }
 
-    /// The TCP port; it stays the same across [`RedisServer::restart`].
+    /// The TLS port, if the server has one (it stays the same across [`RedisServer::restart`]).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.config.tls_port()
+    }
+
+    /// The port others know this server by: its TLS port if it has one (replicas, sentinels and
+    /// cluster nodes then reach it over TLS), else [`RedisServer::port`].
+    pub fn announced_port(&self) -> u16 {
+        self.tls_port().unwrap_or(self.port)
+    }
+
+    /// The plain TCP port, on which the harness itself talks to the server; it stays the same
+    /// across [`RedisServer::restart`].
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -38,7 +38,7 @@ use crate::engines::spec::{Parser, Registration};
 /// `etcd://` and `etcds://`: parsed in builds with the `etcd` feature, named as missing in the others.
 pub(crate) const REGISTRATION: Registration = Registration {
     schemes: &["etcd", "etcds"],
-    forms: "etcd://host:port,…, etcds://host:port,…",
+    forms: "etcd[s]://host:port,…",
     #[cfg(feature = "etcd")]
     parser: Parser::Url(|url| Ok(std::sync::Arc::new(url::EtcdSpec::parse(url)?))),
     #[cfg(not(feature = "etcd"))]

@@ -1,6 +1,8 @@
-//! A `redis-cluster://` URL, parsed, and the redis-rs cluster clients it makes.
+//! A `redis-cluster://` or `rediss-cluster://` URL, parsed, and the redis-rs cluster clients it
+//! makes.
 
-use crate::engines::settings::Timeouts;
+use super::tls;
+use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::error::LockError;
 use crate::util::hosts::Authority;
 use crate::util::redact::redact_url;
@@ -14,26 +16,41 @@ pub(crate) const NODE_PORT: u16 = 6379;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClusterSpec {
     pub(crate) seeds: Vec<(String, u16)>,
+    /// `rediss-cluster://`: TLS to every node.
+    pub(crate) secure: bool,
+    /// The certificates for TLS, set when the engine opens.
+    pub(crate) tls: TlsFiles,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
 }
 
 impl ClusterSpec {
-    /// Parses `redis-cluster://[user:password@]host[:port][,host[:port]…]` (no path, no query:
+    /// Parses `redis[s]-cluster://[user:password@]host[:port][,host[:port]…]` (no path, no query:
     /// a cluster has one database).
     pub(crate) fn parse(url: &str) -> Result<ClusterSpec, LockError> {
         let problem = |what: String| {
             LockError::invalid_config(
                 "url",
                 format!(
-                    "`{}` {what}; expected redis-cluster://[user:password@]host:port[,host:port…]",
+                    "`{}` {what}; expected redis[s]-cluster://[user:password@]host:port[,host:port…]",
                     redact_url(url)
                 ),
             )
         };
-        let rest = url
-            .strip_prefix("redis-cluster://")
-            .ok_or_else(|| problem("is not a redis-cluster:// URL".into()))?;
+        let (rest, secure) = match (
+            url.strip_prefix("redis-cluster://"),
+            url.strip_prefix("rediss-cluster://"),
+        ) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(problem("is not a redis-cluster:// URL".into())),
+        };
+        if secure && !cfg!(feature = "tls") {
+            return Err(problem(
+                "asks for TLS; enable the `tls` feature of distlock to use rediss-cluster:// URLs"
+                    .into(),
+            ));
+        }
         let authority = rest.trim_end_matches('/');
         if let Some(extra) = authority.find(['/', '?']) {
             return Err(problem(format!(
@@ -49,6 +66,8 @@ impl ClusterSpec {
         } = Authority::parse(authority, NODE_PORT, "node", &problem)?;
         Ok(ClusterSpec {
             seeds: hosts,
+            secure,
+            tls: TlsFiles::default(),
             username,
             password,
         })
@@ -86,10 +105,11 @@ impl ClusterSpec {
         if let Some(pass) = &self.password {
             settings = settings.set_password(pass);
         }
-        let info = redis::ConnectionAddr::Tcp(host.trim_matches(['[', ']']).to_owned(), port)
+        let host = host.trim_matches(['[', ']']).to_owned();
+        let info = tls::address(host, port, self.secure)
             .into_connection_info()?
             .set_redis_settings(settings);
-        redis::Client::open(info)
+        tls::client_for(info, &self.tls)
     }
 
     /// A redis-rs cluster client builder for these seeds: credentials for every node, the
@@ -116,7 +136,10 @@ impl ClusterSpec {
         if let Some(pass) = &self.password {
             builder = builder.password(pass.clone());
         }
-        builder
+        match self.secure {
+            true => tls::secure_cluster(builder, &self.tls),
+            false => builder,
+        }
     }
 }
 

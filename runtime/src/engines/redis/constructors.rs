@@ -6,6 +6,7 @@ use super::cluster_spec::{ClusterSpec, NODE_PORT};
 use super::deployments::RedlockSpec;
 use super::sentinel::{SentinelSpec, SENTINEL_PORT};
 use crate::backend::{Backend, BackendBuilder};
+use crate::engines::settings::TlsFiles;
 use crate::engines::spec::EngineSpec;
 use crate::error::LockError;
 use crate::util::hosts::{host_list, strings};
@@ -98,6 +99,7 @@ fn sentinel(sentinels: Vec<String>, master_name: &str) -> Result<SentinelSpec, L
     }
     Ok(SentinelSpec {
         sentinels: host_list("sentinels", &sentinels, SENTINEL_PORT)?,
+        secure: false,
         master_name: master_name.to_owned(),
         db: 0,
         username: None,
@@ -111,6 +113,8 @@ fn sentinel(sentinels: Vec<String>, master_name: &str) -> Result<SentinelSpec, L
 fn cluster(nodes: Vec<String>) -> Result<ClusterSpec, LockError> {
     Ok(ClusterSpec {
         seeds: host_list("nodes", &nodes, NODE_PORT)?,
+        secure: false,
+        tls: TlsFiles::default(),
         username: None,
         password: None,
     })

@@ -39,16 +39,17 @@ pub(crate) const SERVER: Registration = Registration {
 
 /// The primary a Sentinel group names.
 pub(crate) const SENTINEL: Registration = Registration::url(
-    &["redis-sentinel"],
-    "redis-sentinel://host:port,…/MASTER_NAME",
+    &["redis-sentinel", "rediss-sentinel"],
+    "redis[s]-sentinel://host:port,…/MASTER_NAME",
     |url| Ok(Arc::new(SentinelSpec::parse(url)?)),
 );
 
 /// A Redis Cluster, from seed nodes.
-pub(crate) const CLUSTER: Registration =
-    Registration::url(&["redis-cluster"], "redis-cluster://host:port,…", |url| {
-        Ok(Arc::new(ClusterSpec::parse(url)?))
-    });
+pub(crate) const CLUSTER: Registration = Registration::url(
+    &["redis-cluster", "rediss-cluster"],
+    "redis[s]-cluster://host:port,…",
+    |url| Ok(Arc::new(ClusterSpec::parse(url)?)),
+);
 
 /// One server, or a primary behind a stable address.
 #[derive(Debug)]
@@ -184,10 +185,11 @@ impl EngineSpec for SentinelSpec {
 
     fn refuses(&self, setting: Optional) -> Option<String> {
         match setting {
+            Optional::Tls if self.secure => None,
             Optional::Tls => Some(
-                "a redis-sentinel:// URL; TLS to sentinels and the primary they name is not \
-                 supported yet. Drop the TLS settings, or point rediss:// at the primary's \
-                 stable address"
+                "a redis-sentinel:// URL, which is not encrypted; use rediss-sentinel:// to \
+                 connect to the sentinels and the servers they name with TLS, or drop the TLS \
+                 settings"
                     .into(),
             ),
             Optional::MinReplicas => None,
@@ -212,8 +214,10 @@ impl EngineSpec for ClusterSpec {
 
     fn refuses(&self, setting: Optional) -> Option<String> {
         Some(match setting {
-            Optional::Tls => "a redis-cluster:// URL; TLS to cluster nodes is not supported \
-                              yet. Drop the TLS settings"
+            Optional::Tls if self.secure => return None,
+            Optional::Tls => "a redis-cluster:// URL, which is not encrypted; use \
+                              rediss-cluster:// to connect to every node with TLS, or drop the \
+                              TLS settings"
                 .into(),
             Optional::MinReplicas => "a Redis Cluster; replica acknowledgement is not \
                                       supported there yet. Set it to 0"
@@ -224,8 +228,12 @@ impl EngineSpec for ClusterSpec {
     }
 
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
+        let spec = ClusterSpec {
+            tls: settings.tls.clone(),
+            ..self.clone()
+        };
         let engine = Arc::new(ClusterEngine::open(ClusterConfig {
-            spec: self,
+            spec: &spec,
             prefix: settings.prefix,
             marker_ttl: settings.marker_ttl,
             timeouts: settings.timeouts,

@@ -10,14 +10,16 @@
 //! [`Node`]: super::node::Node
 
 use super::alive::AliveFlag;
+use super::tls;
 use crate::engines::settings::Timeouts;
+use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
 use crate::util::hosts::{percent_decode, Authority};
 use crate::util::redact::redact_url;
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{ConnectionAddr, IntoConnectionInfo};
+use redis::IntoConnectionInfo;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -33,6 +35,8 @@ const MAX_LISTEN_RETRY: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SentinelSpec {
     pub(crate) sentinels: Vec<(String, u16)>,
+    /// `rediss-sentinel://`: TLS to the sentinels and to the servers they name.
+    pub(crate) secure: bool,
     pub(crate) master_name: String,
     pub(crate) db: i64,
     /// Credentials of the primary (the URL's user info).
@@ -44,7 +48,7 @@ pub(crate) struct SentinelSpec {
 }
 
 impl SentinelSpec {
-    /// Parses `redis-sentinel://[user:password@]host[:port][,host[:port]…]/MASTER_NAME[?db=N]`
+    /// Parses `redis[s]-sentinel://[user:password@]host[:port][,host[:port]…]/MASTER_NAME[?db=N]`
     /// (also `sentinel_username=…&sentinel_password=…` in the query, for sentinels that require
     /// their own credentials); the error says what is wrong, with the password redacted.
     pub(crate) fn parse(url: &str) -> Result<SentinelSpec, LockError> {
@@ -52,14 +56,25 @@ impl SentinelSpec {
             LockError::invalid_config(
                 "url",
                 format!(
-                    "`{}` {what}; expected redis-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]",
+                    "`{}` {what}; expected redis[s]-sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME[?db=N]",
                     redact_url(url)
                 ),
             )
         };
-        let rest = url
-            .strip_prefix("redis-sentinel://")
-            .ok_or_else(|| problem("is not a redis-sentinel:// URL".into()))?;
+        let (rest, secure) = match (
+            url.strip_prefix("redis-sentinel://"),
+            url.strip_prefix("rediss-sentinel://"),
+        ) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Err(problem("is not a redis-sentinel:// URL".into())),
+        };
+        if secure && !cfg!(feature = "tls") {
+            return Err(problem(
+                "asks for TLS; enable the `tls` feature of distlock to use rediss-sentinel:// URLs"
+                    .into(),
+            ));
+        }
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
@@ -80,6 +95,7 @@ impl SentinelSpec {
             .ok_or_else(|| problem("names no master (the path after the sentinels)".into()))?;
         let mut spec = SentinelSpec {
             sentinels,
+            secure,
             master_name,
             db: 0,
             username,
@@ -114,14 +130,17 @@ impl SentinelSpec {
         Ok(spec)
     }
 
-    fn client(&self) -> redis::RedisResult<SentinelClient> {
+    fn client(&self, tls: &TlsFiles) -> redis::RedisResult<SentinelClient> {
         let addrs = self
             .sentinels
             .iter()
-            .map(|(host, port)| ConnectionAddr::Tcp(host.clone(), *port));
+            .map(|(host, port)| tls::address(host.clone(), *port, self.secure));
         let mut builder =
             SentinelClientBuilder::new(addrs, &self.master_name, SentinelServerType::Master)?
                 .set_client_to_redis_db(self.db);
+        if self.secure {
+            builder = tls::secure_sentinels(builder, tls);
+        }
         if let Some(user) = &self.username {
             builder = builder.set_client_to_redis_username(user);
         }
@@ -138,7 +157,12 @@ impl SentinelSpec {
     }
 
     /// A client for the primary at `host:port`, with the primary's credentials and database.
-    fn primary_client(&self, host: String, port: u16) -> redis::RedisResult<redis::Client> {
+    fn primary_client(
+        &self,
+        host: String,
+        port: u16,
+        tls: &TlsFiles,
+    ) -> redis::RedisResult<redis::Client> {
         let mut info = redis::RedisConnectionInfo::default().set_db(self.db);
         if let Some(user) = &self.username {
             info = info.set_username(user);
@@ -146,12 +170,12 @@ impl SentinelSpec {
         if let Some(pass) = &self.password {
             info = info.set_password(pass);
         }
-        let addr = ConnectionAddr::Tcp(host, port);
-        redis::Client::open(addr.into_connection_info()?.set_redis_settings(info))
+        let addr = tls::address(host, port, self.secure);
+        tls::client_for(addr.into_connection_info()?.set_redis_settings(info), tls)
     }
 
     /// A client for sentinel `index` (modulo their number), with the sentinels' credentials.
-    fn sentinel_client(&self, index: usize) -> redis::RedisResult<redis::Client> {
+    fn sentinel_client(&self, index: usize, tls: &TlsFiles) -> redis::RedisResult<redis::Client> {
         let (host, port) = &self.sentinels[index % self.sentinels.len()];
         let mut info = redis::RedisConnectionInfo::default();
         if let Some(user) = &self.sentinel_username {
@@ -160,8 +184,8 @@ impl SentinelSpec {
         if let Some(pass) = &self.sentinel_password {
             info = info.set_password(pass);
         }
-        let addr = ConnectionAddr::Tcp(host.clone(), *port);
-        redis::Client::open(addr.into_connection_info()?.set_redis_settings(info))
+        let addr = tls::address(host.clone(), *port, self.secure);
+        tls::client_for(addr.into_connection_info()?.set_redis_settings(info), tls)
     }
 
     /// `master NAME via sentinels host:port,…`, for messages.
@@ -182,6 +206,8 @@ impl SentinelSpec {
 /// The primary of one Sentinel group, as the sentinels name it now.
 pub(crate) struct SentinelTarget {
     spec: SentinelSpec,
+    /// Certificates for a `rediss-sentinel://` group's sentinels and servers.
+    tls: TlsFiles,
     timeouts: Timeouts,
     client: tokio::sync::Mutex<SentinelClient>,
     /// Bumped by every `+switch-master` announced for the group: a connection opened before
@@ -202,14 +228,16 @@ pub(crate) struct SentinelTarget {
 impl SentinelTarget {
     pub(crate) fn open(
         spec: SentinelSpec,
+        tls: &TlsFiles,
         timeouts: Timeouts,
         hooks: SharedHooks,
     ) -> Result<Arc<Self>, LockError> {
-        let client = spec.client().map_err(|err| {
+        let client = spec.client(tls).map_err(|err| {
             LockError::invalid_config("url", format!("{}: {err}", spec.describe()))
         })?;
         Ok(Arc::new(SentinelTarget {
             spec,
+            tls: tls.clone(),
             timeouts,
             client: tokio::sync::Mutex::new(client),
             generation: AtomicU64::new(0),
@@ -244,7 +272,7 @@ impl SentinelTarget {
         self.keep_listening();
         let generation = self.generation();
         if let Some((host, port)) = lock(&self.announced).take() {
-            return Ok((self.spec.primary_client(host, port)?, generation));
+            return Ok((self.spec.primary_client(host, port, &self.tls)?, generation));
         }
         let lookup = async { self.client.lock().await.async_get_client().await };
         match tokio::time::timeout(self.timeouts.connect * 2, lookup).await {
@@ -302,7 +330,7 @@ async fn listen(target: Weak<SentinelTarget>) {
         let Some(strong) = target.upgrade() else {
             return;
         };
-        let sentinel = strong.spec.sentinel_client(next);
+        let sentinel = strong.spec.sentinel_client(next, &strong.tls);
         next += 1;
         let connected = async {
             let mut pubsub = sentinel?.get_async_pubsub().await?;

@@ -71,8 +71,12 @@ impl RedisEngine {
     pub(crate) fn open(config: RedisConfig<'_>) -> Result<Self, LockError> {
         let (node, sentinel) = match config.target {
             RedisTarget::Sentinel(spec) => {
-                let target =
-                    SentinelTarget::open(spec.clone(), config.timeouts, config.hooks.clone())?;
+                let target = SentinelTarget::open(
+                    spec.clone(),
+                    config.tls,
+                    config.timeouts,
+                    config.hooks.clone(),
+                )?;
                 let node = Node::sentinel(target.clone(), config.timeouts, config.prefix);
                 (node, Some(target))
             }
