@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{command_calls, until_shard_subscribers, Cluster, Fixture, SingleRedis, PREFIX};
+use common::{
+    command_calls, until_shard_subscribers, Cluster, ClusterOf, Fixture, SingleRedis, PREFIX,
+};
 use distlock::__private::raw;
 use distlock::{Lock, LockError};
 use distlock_test_support::{RedisCluster, RedisServer, Reply};
@@ -164,7 +166,7 @@ async fn waiters_are_woken_by_sharded_notifications() {
 /// the moment the master is marked failed until its replica is promoted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_costs_only_its_own_shard_and_never_a_double_grant() {
-    killed_master(Coverage::Partial).await;
+    killed_master::<false>(Coverage::Partial, Migration::None).await;
 }
 
 /// The same with Redis's default `cluster-require-full-coverage yes`: every shard answers
@@ -173,7 +175,24 @@ async fn a_killed_master_costs_only_its_own_shard_and_never_a_double_grant() {
 /// no lease is granted twice, 0 overlaps and 0 rejected fenced writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_full_coverage_a_killed_master_stops_every_shard_and_never_double_grants() {
-    killed_master(Coverage::Full).await;
+    killed_master::<false>(Coverage::Full, Migration::None).await;
+}
+
+/// Over TLS only (`rediss-cluster://`; TLS on the cluster bus and for replication too), under
+/// the same load: first a slot of a healthy shard that a section loop locks in moves to another
+/// master (the client follows `ASK` and `MOVED` to the new owner's TLS port), then a master is
+/// killed. 0 overlaps and 0 rejected fenced writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_moved_slot_and_a_killed_master_never_double_grant() {
+    killed_master::<true>(Coverage::Partial, Migration::SectionSlot).await;
+}
+
+/// Whether a slot moves under load before the master is killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Migration {
+    None,
+    /// The slot of a section loop's key on a healthy shard, to another healthy master.
+    SectionSlot,
 }
 
 /// `cluster-require-full-coverage`.
@@ -183,14 +202,15 @@ enum Coverage {
     Partial,
 }
 
-async fn killed_master(coverage: Coverage) {
+async fn killed_master<const TLS: bool>(coverage: Coverage, migration: Migration) {
     let ttl = Duration::from_secs(2);
     let configure = |b: distlock::BackendBuilder| b.watchdog_lease(ttl);
     let fx = match coverage {
-        Coverage::Full => Cluster::start(configure),
-        Coverage::Partial => {
-            Cluster::start_with_nodes(&[("cluster-require-full-coverage", "no")], configure)
-        }
+        Coverage::Full => ClusterOf::<TLS>::start(configure),
+        Coverage::Partial => ClusterOf::<TLS>::start_with_nodes(
+            &[("cluster-require-full-coverage", "no")],
+            configure,
+        ),
     };
     let resource = RedisServer::start();
     let victim = fx.owner_of("failed:0").port();
@@ -256,6 +276,10 @@ async fn killed_master(coverage: Coverage) {
         })
         .collect();
 
+    let moved = match migration {
+        Migration::None => None,
+        Migration::SectionSlot => Some(move_a_section_slot(&fx, victim).await),
+    };
     let slot = RedisCluster::slot_of(SingleRedis::lock_key(&failed[0]));
     let (fx, (killed, promoted, took)) = tokio::task::spawn_blocking(move || {
         let mut fx = fx;
@@ -312,10 +336,12 @@ async fn killed_master(coverage: Coverage) {
         );
     }
     eprintln!(
-        "CLUSTER ({coverage:?} coverage) master {killed} killed, {promoted} promoted after \
+        "CLUSTER ({coverage:?} coverage, {}; slot moved: {moved:?}) master {killed} killed, \
+         {promoted} promoted after \
          {took:?}: other shards' leases held {others_held}/{}, failed shard's leases kept \
          {failed_kept} / lost {failed_lost} (each lost before taken); {} fenced sections, {} \
          overlaps, {} rejected, {} calls ended by errors",
+        fx.kind(),
         others.len(),
         total.0,
         total.1,
@@ -477,11 +503,31 @@ async fn a_least_privilege_cluster_user_can_do_every_operation() {
 }
 
 /// A key (with `prefix`) whose lock lives on the node at `port`.
-fn keys_where_on(fx: &Cluster, prefix: &str, port: u16) -> String {
+fn keys_where_on<const TLS: bool>(fx: &ClusterOf<TLS>, prefix: &str, port: u16) -> String {
     (0..)
         .map(|i| format!("{prefix}:{i}"))
         .find(|key| fx.owner_of(key).port() == port)
         .unwrap()
+}
+
+/// Moves the slot of the section loop on a healthy shard (`section:<i>`, the first not on
+/// `victim`) to another master that is not `victim`, while the loop runs: (slot, from, to).
+async fn move_a_section_slot<const TLS: bool>(fx: &ClusterOf<TLS>, victim: u16) -> (u16, u16, u16) {
+    let key = (0..)
+        .map(|i| format!("section:{i}"))
+        .find(|key| fx.owner_of(key).port() != victim)
+        .unwrap();
+    let from = fx.owner_of(&key).port();
+    let to = fx
+        .cluster
+        .masters()
+        .iter()
+        .map(|master| master.port())
+        .find(|&port| port != from && port != victim)
+        .unwrap();
+    let slot = RedisCluster::slot_of(SingleRedis::lock_key(&key));
+    tokio::task::block_in_place(|| fx.cluster.migrate_slot(slot, to));
+    (slot, from, to)
 }
 
 /// Fenced critical sections on `key` until `stop`: (sections, overlaps, rejected writes, calls
@@ -537,7 +583,7 @@ fn cluster_settings_that_cannot_work_are_refused() {
         "{err}"
     );
     let err = refused(distlock::Backend::cluster(["a:1"]).tls_ca_pem(b"x".to_vec()));
-    assert!(err.contains("TLS to cluster nodes"), "{err}");
+    assert!(err.contains("use rediss-cluster://"), "{err}");
     for (url, problem) in [
         ("redis-cluster://a:1/0", "has `/0` after the nodes"),
         ("redis-cluster://:hunter2@a:x", "gives `x` as a port"),

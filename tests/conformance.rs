@@ -11,8 +11,8 @@ mod kinds;
 use kinds::*;
 
 use common::{
-    Cluster, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel, SentinelTls,
-    SingleRedis, Valkey,
+    Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel,
+    SentinelTls, SingleRedis, Valkey,
 };
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
@@ -83,6 +83,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Postgres>().await;
+                }
+            )*
+        }
+        mod cluster_tls {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::ClusterTls>().await;
                 }
             )*
         }

@@ -543,7 +543,7 @@ fn replica_and_sentinel_settings_that_cannot_work_are_refused() {
     );
     let err =
         refused(Backend::builder("redis-sentinel://a:1/primary").tls_ca_pem(b"not used".to_vec()));
-    assert!(err.contains("TLS to sentinels"), "{err}");
+    assert!(err.contains("use rediss-sentinel://"), "{err}");
     for (url, problem) in [
         ("redis-sentinel://a:1", "names no master"),
         (

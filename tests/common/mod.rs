@@ -478,14 +478,20 @@ impl<const TLS: bool> Fixture for SentinelOf<TLS> {
 }
 
 /// A Redis Cluster of three masters with one replica each; the backend talks to it through
-/// redis-rs's cluster client.
-pub struct Cluster {
+/// redis-rs's cluster client. `TLS`: every node speaks TLS only to clients, on the cluster bus
+/// and for replication (`rediss-cluster://`).
+pub struct ClusterOf<const TLS: bool> {
     pub cluster: RedisCluster,
     backend: Backend,
     builder: BackendBuilder,
 }
 
-impl Cluster {
+/// A Redis Cluster over plain connections.
+pub type Cluster = ClusterOf<false>;
+/// A Redis Cluster over TLS only.
+pub type ClusterTls = ClusterOf<true>;
+
+impl<const TLS: bool> ClusterOf<TLS> {
     /// The node that owns `key`'s lock now.
     pub fn owner_of(&self, key: &str) -> &RedisServer {
         self.cluster
@@ -497,18 +503,24 @@ impl Cluster {
         args: &[(&str, &str)],
         configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
     ) -> Self {
-        Cluster::from(
-            RedisCluster::start_with(3, 1, Duration::from_secs(2), args),
-            configure,
-        )
+        let node_timeout = Duration::from_secs(2);
+        let cluster = match TLS {
+            true => RedisCluster::start_tls(3, 1, node_timeout, args),
+            false => RedisCluster::start_with(3, 1, node_timeout, args),
+        };
+        ClusterOf::from(cluster, configure)
     }
 
     fn from(
         cluster: RedisCluster,
         configure: impl FnOnce(BackendBuilder) -> BackendBuilder,
     ) -> Self {
-        let builder = configure(Backend::builder(cluster.url()).prefix(PREFIX));
-        Cluster {
+        let mut base = Backend::builder(cluster.url());
+        if let Some(pki) = cluster.pki() {
+            base = base.tls_ca_file(pki.ca());
+        }
+        let builder = configure(base.prefix(PREFIX));
+        ClusterOf {
             backend: builder.clone().build().expect("valid cluster settings"),
             builder,
             cluster,
@@ -516,9 +528,9 @@ impl Cluster {
     }
 }
 
-impl Fixture for Cluster {
+impl<const TLS: bool> Fixture for ClusterOf<TLS> {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        Cluster::start_with_nodes(&[], configure)
+        ClusterOf::start_with_nodes(&[], configure)
     }
 
     fn backend(&self) -> &Backend {
@@ -549,7 +561,10 @@ impl Fixture for Cluster {
     }
 
     fn kind(&self) -> &'static str {
-        "cluster"
+        match TLS {
+            true => "cluster over TLS",
+            false => "cluster",
+        }
     }
 
     fn servers(&self) -> Vec<&RedisServer> {

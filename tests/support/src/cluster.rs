@@ -18,8 +18,10 @@ use std::ffi::OsString;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::ports::free_cluster_port;
 use crate::process::Child;
 use crate::server::{tail, KILL_DEADLINE};
+use crate::tls::TestPki;
 use crate::{RedisServer, Reply, ServerConfig};
 
 /// Environment variable naming the `redis-cli` binary to run; without it
@@ -83,6 +85,8 @@ pub struct RedisCluster {
     /// `cluster-require-full-coverage yes` (Redis's default): a failed master takes the whole
     /// cluster's state to `fail` until its replica is promoted.
     full_coverage: bool,
+    /// A TLS cluster's certificates; declared last, so removed after every node is gone.
+    pki: Option<TestPki>,
 }
 
 /// A node's replication role, from `ROLE`.
@@ -145,6 +149,35 @@ impl RedisCluster {
         node_timeout: Duration,
         args: &[(&str, &str)],
     ) -> RedisCluster {
+        RedisCluster::start_cluster(masters, replicas, node_timeout, args, None)
+    }
+
+    /// [`RedisCluster::start_with`], encrypted: every node takes clients on a TLS port (the
+    /// certificate of [`RedisCluster::pki`]'s server), and the cluster bus and replication run
+    /// over TLS (`tls-cluster`, `tls-replication`), so that the nodes name each other's TLS
+    /// ports to TLS clients. Each node keeps a plain port on loopback for the harness's own
+    /// commands (and `redis-cli`), to which the nodes name the plain ports.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start`].
+    pub fn start_tls(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+        args: &[(&str, &str)],
+    ) -> RedisCluster {
+        let pki = TestPki::generate();
+        RedisCluster::start_cluster(masters, replicas, node_timeout, args, Some(pki))
+    }
+
+    fn start_cluster(
+        masters: usize,
+        replicas: usize,
+        node_timeout: Duration,
+        args: &[(&str, &str)],
+        pki: Option<TestPki>,
+    ) -> RedisCluster {
         assert!(
             masters >= 3,
             "RedisCluster::start: redis-cli --cluster create needs at least 3 masters, not {masters}"
@@ -161,8 +194,17 @@ impl RedisCluster {
                 .arg("cluster-node-timeout", &timeout_ms.to_string()),
             |config, (name, value)| config.arg(name, value),
         );
+        let configs = (0..masters * (1 + replicas)).map(|_| match &pki {
+            // The bus listens on the TLS port plus 10000: both free.
+            Some(pki) => pki
+                .serve(config.clone(), free_cluster_port(), false)
+                .arg("tls-cluster", "yes")
+                .arg("tls-replication", "yes"),
+            None => config.clone(),
+        });
         let cluster = RedisCluster {
-            nodes: RedisServer::start_many_with(masters * (1 + replicas), &config),
+            nodes: RedisServer::start_each(configs.collect()),
+            pki,
             node_timeout,
             full_coverage: !args.iter().any(|(name, value)| {
                 name.eq_ignore_ascii_case("cluster-require-full-coverage")
@@ -170,8 +212,23 @@ impl RedisCluster {
             }),
         };
 
-        let mut args = vec!["--cluster".to_owned(), "create".to_owned()];
-        args.extend(cluster.nodes.iter().map(|node| node.addr().to_string()));
+        // Over TLS for a TLS cluster: the nodes meet on the bus of the port they are told of,
+        // which with `tls-cluster` is the TLS port's.
+        let mut args = match &cluster.pki {
+            Some(pki) => vec![
+                "--tls".to_owned(),
+                "--cacert".to_owned(),
+                pki.ca().to_string_lossy().into_owned(),
+            ],
+            None => Vec::new(),
+        };
+        args.extend(["--cluster".to_owned(), "create".to_owned()]);
+        args.extend(
+            cluster
+                .nodes
+                .iter()
+                .map(|node| format!("127.0.0.1:{}", node.announced_port())),
+        );
         args.extend([
             "--cluster-replicas".to_owned(),
             replicas.to_string(),
@@ -199,14 +256,24 @@ impl RedisCluster {
     }
 
     /// `redis-cluster://127.0.0.1:<p1>,127.0.0.1:<p2>,…`, listing every node
-    /// (killed ones included) in start order.
+    /// (killed ones included) in start order; for a TLS cluster, `rediss-cluster://` and the
+    /// nodes' TLS ports.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .nodes
             .iter()
-            .map(|node| node.addr().to_string())
+            .map(|node| format!("127.0.0.1:{}", node.announced_port()))
             .collect();
-        format!("redis-cluster://{}", hosts.join(","))
+        let scheme = match self.pki {
+            Some(_) => "rediss-cluster",
+            None => "redis-cluster",
+        };
+        format!("{scheme}://{}", hosts.join(","))
+    }
+
+    /// A TLS cluster's certificates: its CA signed every node's.
+    pub fn pki(&self) -> Option<&TestPki> {
+        self.pki.as_ref()
     }
 
     /// Every node, killed ones included, in start order.
@@ -309,7 +376,10 @@ impl RedisCluster {
         let old_port = self.nodes[old].port();
         let candidates: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| {
-                self.nodes[i].is_running() && role(&self.nodes[i]) == Role::Replica(old_port)
+                // A replica names its master by the port it replicates from: the TLS one in
+                // a TLS cluster.
+                self.nodes[i].is_running()
+                    && role(&self.nodes[i]) == Role::Replica(self.nodes[old].announced_port())
             })
             .collect();
         assert!(
@@ -538,7 +608,7 @@ impl RedisCluster {
         for (master, _) in roles.iter().filter(|(_, role)| *role == Role::Master) {
             let replicas = roles
                 .iter()
-                .filter(|(_, role)| *role == Role::Replica(master.port()))
+                .filter(|(_, role)| *role == Role::Replica(master.announced_port()))
                 .count();
             if replicas > 0 {
                 master.wait_for_replicas_using(&key_served_by(&map, master.port()), replicas);

@@ -261,9 +261,15 @@ impl RedisServer {
 
     /// Starts `n` servers with the same configuration, in parallel.
     pub fn start_many_with(n: usize, config: &ServerConfig) -> Vec<RedisServer> {
+        Self::start_each(vec![config.clone(); n])
+    }
+
+    /// Starts a server for each configuration, in parallel.
+    pub fn start_each(configs: Vec<ServerConfig>) -> Vec<RedisServer> {
         thread::scope(|scope| {
-            let starts: Vec<_> = (0..n)
-                .map(|_| scope.spawn(|| RedisServer::start_with(config.clone())))
+            let starts: Vec<_> = configs
+                .into_iter()
+                .map(|config| scope.spawn(|| RedisServer::start_with(config)))
                 .collect();
             starts
                 .into_iter()

@@ -40,7 +40,10 @@ impl TestPki {
         };
         pki.make_ca("ca", "distlock test CA");
         pki.make_ca("other-ca", "an unrelated CA");
-        let local = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
+        // Servers present it as clients too: to the nodes they replicate from, and on the
+        // cluster bus, which always checks the connecting node's certificate.
+        let local =
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n";
         pki.make_leaf("server", "localhost", local, "2");
         // Valid until a day before it was issued.
         pki.make_leaf("expired", "localhost", local, "-1");
