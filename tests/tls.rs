@@ -306,3 +306,55 @@ async fn an_etcd_user_limited_to_the_prefix_locks_and_one_without_the_role_is_to
     assert!(!err.contains("wrong"), "the password is not shown: {err}");
     eprintln!("etcd RBAC: a user without the role: {err}");
 }
+
+/// Each way of getting TLS to Redis wrong fails at `ping()` at once, with an error that says
+/// which it is: a server certificate that expired or names another host, a plain server behind
+/// `rediss://`, a TLS-only port behind `redis://`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_names_every_way_of_getting_tls_wrong() {
+    let pki = TestPki::generate();
+    let presenting = |which| {
+        let tls_port = free_port();
+        let config = pki.serve_presenting(ServerConfig::new(), tls_port, false, which);
+        (RedisServer::start_with(config), tls_port)
+    };
+    let (_expired, expired_port) = presenting(ServerCert::Expired);
+    let (_misnamed, misnamed_port) = presenting(ServerCert::Misnamed);
+    let (good, good_port) = presenting(ServerCert::Valid);
+    let trusted = |url: String| builder(&url).tls_ca_file(pki.ca());
+    let cases = [
+        (
+            "an expired server certificate",
+            trusted(format!("rediss://127.0.0.1:{expired_port}")),
+            "has expired",
+        ),
+        (
+            "a server certificate for another host",
+            trusted(format!("rediss://127.0.0.1:{misnamed_port}")),
+            "does not name the host in the URL",
+        ),
+        (
+            "a plain server behind rediss://",
+            trusted(format!("rediss://127.0.0.1:{}", good.port())),
+            "did not answer the TLS handshake",
+        ),
+        (
+            "a TLS port behind redis://",
+            builder(&format!("redis://127.0.0.1:{good_port}")),
+            "use a rediss:// URL",
+        ),
+    ];
+    for (case, builder, named) in cases {
+        let started = Instant::now();
+        let err = ping_fails(builder).await;
+        assert!(err.contains(named), "{case}: {err}");
+        // Never a hang: at most the three connection attempts' timeouts (2 s each).
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{case}: took {:?}",
+            started.elapsed()
+        );
+        eprintln!("TLS redis, {case} ({:?}): {err}", started.elapsed());
+    }
+}
+

@@ -8,15 +8,22 @@ use std::error::Error;
 /// Advice for a TLS handshake that failed, if `err` is one: which of the certificate problems
 /// it is (not signed by a trusted CA, expired, for another host, a client certificate missing
 /// or refused), or a server that does not speak TLS at all (`plain`: the URL scheme for it).
-pub(crate) fn advice(err: &(dyn Error + 'static), plain: &str) -> Option<String> {
+/// `client_cert`: whether the client presented a certificate (a server that wants one may
+/// answer its absence with a generic "bad certificate" alert).
+pub(crate) fn advice(
+    err: &(dyn Error + 'static),
+    plain: &str,
+    client_cert: bool,
+) -> Option<String> {
     const PROBLEM: &str = "this is a TLS certificate problem";
-    if chain_mentions(err, "certificaterequired") {
+    let alert = chain_mentions(err, "alert") && chain_mentions(err, "certificate");
+    if chain_mentions(err, "certificaterequired") || (alert && !client_cert) {
         return Some(format!(
             "{PROBLEM}: the server requires a client certificate; set `tls_client_auth_files` \
              on the backend builder (or DISTLOCK_TLS_CERT_FILE and DISTLOCK_TLS_KEY_FILE)"
         ));
     }
-    if chain_mentions(err, "alert") && chain_mentions(err, "certificate") {
+    if alert {
         return Some(format!(
             "{PROBLEM}: the server rejected the client certificate; it must be signed by a CA \
              the server trusts"

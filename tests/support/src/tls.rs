@@ -106,10 +106,22 @@ impl TestPki {
     /// `verify_clients`: `tls-auth-clients yes` (clients must present a certificate signed by
     /// the CA) or `no`.
     pub fn serve(&self, config: ServerConfig, tls_port: u16, verify_clients: bool) -> ServerConfig {
+        self.serve_presenting(config, tls_port, verify_clients, ServerCert::Valid)
+    }
+
+    /// [`TestPki::serve`], the server presenting `which` certificate.
+    pub fn serve_presenting(
+        &self,
+        config: ServerConfig,
+        tls_port: u16,
+        verify_clients: bool,
+        which: ServerCert,
+    ) -> ServerConfig {
+        let (cert, key) = self.server(which);
         config
             .arg("tls-port", &tls_port.to_string())
-            .arg("tls-cert-file", &self.server_cert().to_string_lossy())
-            .arg("tls-key-file", &self.server_key().to_string_lossy())
+            .arg("tls-cert-file", &cert.to_string_lossy())
+            .arg("tls-key-file", &key.to_string_lossy())
             .arg("tls-ca-cert-file", &self.ca().to_string_lossy())
             .arg(
                 "tls-auth-clients",

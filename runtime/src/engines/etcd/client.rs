@@ -140,7 +140,7 @@ impl Connection {
             )
         );
         let tls = match self.spec.secure {
-            true => tls_advice::advice(&err, "etcd"),
+            true => tls_advice::advice(&err, "etcd", self.tls.client.is_some()),
             false => None,
         };
         let ambiguous = !refused_outright && tls.is_none();

@@ -66,7 +66,8 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
             "a key under the prefix `{prefix}`"
         ))));
     }
-    tls_advice::advice(err, "redis").map(Advice::Tls)
+    // A server that wants a client certificate says so (`certificate_required`) when none came.
+    tls_advice::advice(err, "redis", true).map(Advice::Tls)
 }
 
 /// A script found `lock` holding a value distlock did not write: refused, not ambiguous (the

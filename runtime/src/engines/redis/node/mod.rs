@@ -27,6 +27,8 @@ use crate::engines::redis::scripts::LuaScript;
 use crate::engines::settings::Timeouts;
 use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
+use crate::util::advised::Advised;
+use crate::util::tls_advice::chain_mentions;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -365,7 +367,7 @@ impl Node {
                 source: format!("{}: {err}", target.describe()).into(),
             })?,
         };
-        self.bind(client, generation)
+        self.bind(client, generation).await
     }
 
     fn live(&self) -> Option<Bound> {
@@ -394,7 +396,14 @@ impl Node {
         }
     }
 
-    fn bind(&self, client: redis::Client, generation: u64) -> EngineResult<Bound> {
+    /// A connection manager for `client`, connected, made the node's connection. A connection
+    /// that cannot be made is reported as such (nothing was sent), with what its failure says
+    /// about TLS: a TLS handshake no one answers, a plain connection reset at once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    /// Dropped while the connection is made, nothing is kept; the next call makes another.
+    async fn bind(&self, client: redis::Client, generation: u64) -> EngineResult<Bound> {
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.timeouts.response))
             .set_connection_timeout(Some(self.timeouts.connect))
@@ -403,8 +412,13 @@ impl Node {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(250));
-        let manager = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|err| self.failure(err))?;
+        let secure = matches!(
+            client.get_connection_info().addr(),
+            redis::ConnectionAddr::TcpTls { .. }
+        );
+        let manager = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(|err| connect_failure(err, secure, &self.prefix))?;
         Ok(self.keep(Conn::Server(manager), Some(Arc::new(client)), generation))
     }
 
@@ -587,6 +601,36 @@ async fn send(
     let reply = reply.extract_error()?;
     let acknowledged = u32::from_redis_value(acknowledged.extract_error()?)?;
     Ok((reply, Some(acknowledged)))
+}
+
+/// A connection that could not be made (`secure`: over TLS): nothing was sent. A TLS handshake
+/// with no answer in time is what a plain port gives a TLS client (the server waits for the
+/// end of a command line that never comes); a plain connection reset at once is what a TLS
+/// port gives a plain client.
+fn connect_failure(err: redis::RedisError, secure: bool, prefix: &str) -> EngineFailure {
+    let reset = err.is_connection_dropped() || chain_mentions(&err, "connection reset");
+    let advice = match (secure, err.is_timeout(), reset) {
+        (true, true, _) => Some(
+            "the server did not answer the TLS handshake in time: it serves plain connections \
+             on this port, it seems; a server without TLS takes the redis:// scheme",
+        ),
+        (false, _, true) => Some(
+            "the server reset the connection before any reply, as a TLS port does with a plain \
+             client; if it serves TLS on this port, use a rediss:// URL",
+        ),
+        _ => None,
+    };
+    let source: Box<dyn std::error::Error + Send + Sync> = match advice {
+        Some(advice) => Box::new(Advised {
+            error: err,
+            advice: advice.to_owned(),
+        }),
+        None => diagnose::failure(err, prefix).source,
+    };
+    EngineFailure {
+        ambiguous: false,
+        source,
+    }
 }
 
 fn unexpected(what: &str, value: impl std::fmt::Debug) -> EngineFailure {
