@@ -8,7 +8,7 @@ use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lock, Registry, Released};
 use distlock_test_support::{
-    free_port, EtcdCluster, RedisServer, ServerCert, ServerConfig, TestPki,
+    free_port, EtcdCluster, PgServer, RedisServer, ServerCert, ServerConfig, TestPki,
 };
 use std::time::{Duration, Instant};
 
@@ -358,3 +358,103 @@ async fn redis_names_every_way_of_getting_tls_wrong() {
     }
 }
 
+/// `postgres://postgres@127.0.0.1:<port>/postgres?<query>` on `server`.
+fn pg_url(server: &PgServer, user: &str, query: &str) -> String {
+    format!(
+        "postgres://{user}@127.0.0.1:{}/postgres?{query}",
+        server.port()
+    )
+}
+
+/// PostgreSQL over TLS, set as its own clients set it (`sslmode` and `sslrootcert` in the URL):
+/// locks work against a server that takes only TLS, and each way of getting TLS wrong fails at
+/// `ping()` at once, with an error that says which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_names_every_way_of_getting_tls_wrong() {
+    let pki = TestPki::generate();
+    let tls = PgServer::start_tls(&pki, ServerCert::Valid);
+    let expired = PgServer::start_tls(&pki, ServerCert::Expired);
+    let misnamed = PgServer::start_tls(&pki, ServerCert::Misnamed);
+    let plain = PgServer::start();
+    let verify =
+        |ca: std::path::PathBuf| format!("sslmode=verify-full&sslrootcert={}", ca.display());
+    let good = Backend::builder(pg_url(&tls, "postgres", &verify(pki.ca())))
+        .prefix(PREFIX)
+        .create_schema(true)
+        .build()
+        .unwrap();
+    good.ping().await.expect("TLS with the CA");
+    let token = Lock::new("pg-tls")
+        .on(&good)
+        .run(async { distlock::fencing_token() })
+        .await
+        .unwrap();
+    assert!(token.is_some());
+    let cases = [
+        (
+            "a CA that did not sign the server's certificate",
+            pg_url(&tls, "postgres", &verify(pki.other_ca())),
+            "is not signed by a CA the client trusts; set `sslrootcert`",
+        ),
+        (
+            "an expired server certificate",
+            pg_url(&expired, "postgres", &verify(pki.ca())),
+            "has expired",
+        ),
+        (
+            "a server certificate for another host",
+            pg_url(&misnamed, "postgres", &verify(pki.ca())),
+            "does not name the host in the URL",
+        ),
+        (
+            "a plain server behind sslmode=require",
+            pg_url(&plain, "postgres", "sslmode=require"),
+            "a server without TLS takes `sslmode=disable`",
+        ),
+        (
+            "a TLS-only server behind sslmode=disable",
+            pg_url(&tls, "postgres", "sslmode=disable"),
+            "the server takes only TLS connections from this host",
+        ),
+    ];
+    for (case, url, named) in cases {
+        let started = Instant::now();
+        let err = ping_fails(Backend::builder(url).prefix(PREFIX)).await;
+        assert!(err.contains(named), "{case}: {err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{case}: took {:?}",
+            started.elapsed()
+        );
+        eprintln!("TLS postgres, {case}: {err}");
+    }
+}
+
+/// A PostgreSQL role with exactly the GRANTs `distlock acl postgres` prints takes locks (over
+/// TLS); a role without them gets a ping error that says which right is missing and what
+/// prints the GRANTs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_role_with_the_printed_grants_locks_and_one_without_is_told() {
+    let pki = TestPki::generate();
+    let server = PgServer::start_tls(&pki, ServerCert::Valid);
+    server.psql(&distlock::postgres::schema("distlock").unwrap());
+    server.psql("CREATE ROLE locker LOGIN; CREATE ROLE stranger LOGIN;");
+    server.psql(&distlock::postgres::grants("distlock", "locker").unwrap());
+    let query = format!("sslmode=verify-full&sslrootcert={}", pki.ca().display());
+    let locker = Backend::builder(pg_url(&server, "locker", &query))
+        .prefix(PREFIX)
+        .build()
+        .unwrap();
+    locker.ping().await.expect("a role with the printed GRANTs");
+    let guard = Lock::new("pg-rights").on(&locker).acquire().await.unwrap();
+    assert!(guard.fencing_token() > 0);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    let err =
+        ping_fails(Backend::builder(pg_url(&server, "stranger", &query)).prefix(PREFIX)).await;
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(
+        err.contains("distlock acl postgres --schema distlock --user <user>"),
+        "{err}"
+    );
+    eprintln!("postgres grants: a role without them: {err}");
+}

@@ -124,12 +124,13 @@ enum Command {
         /// The database: postgres.
         store: Store,
     },
-    /// Print the commands that give a lock user the rights locks need under the prefix, and
-    /// nothing more: the Redis ACL rules (add `on >password` to enable the user), or the etcd
-    /// role and its grant. Run them as an administrator. Exit 0.
+    /// Print the commands that give a lock user the rights locks need, and nothing more: the
+    /// Redis ACL rules for the prefix (add `on >password` to enable the user), the etcd role
+    /// for the prefix and its grant, or PostgreSQL's GRANTs on the schema. Run them as an
+    /// administrator. Exit 0.
     Acl {
         /// redis (one server, Sentinel's primary and replicas, Redlock's masters),
-        /// redis-cluster (on every node), or etcd.
+        /// redis-cluster (on every node), etcd, or postgres (the schema `--schema`).
         store: AclStore,
         /// The lock user.
         #[arg(long, default_value = "distlock")]
@@ -148,6 +149,7 @@ enum AclStore {
     Redis,
     RedisCluster,
     Etcd,
+    Postgres,
 }
 
 /// The databases `distlock schema` prints the SQL of.
@@ -213,7 +215,7 @@ async fn run(cli: Cli, format: Format) -> Result<u8, Failure> {
         return schema(store, cli.schema.as_deref());
     }
     if let Command::Acl { store, user } = &cli.command {
-        return acl(*store, &cli.prefix, user);
+        return acl(*store, &cli.prefix, cli.schema.as_deref(), user);
     }
     if let Command::Unlock { key, force: false } = &cli.command {
         return Err(Failure::Usage(format!(
@@ -310,7 +312,7 @@ fn schema(store: Store, name: Option<&str>) -> Result<u8, Failure> {
 }
 
 /// `distlock acl <store>`: the commands on standard output.
-fn acl(store: AclStore, prefix: &str, user: &str) -> Result<u8, Failure> {
+fn acl(store: AclStore, prefix: &str, schema: Option<&str>, user: &str) -> Result<u8, Failure> {
     match store {
         AclStore::Redis => println!("ACL SETUSER {user} {}", distlock::redis::acl_rules(prefix)),
         AclStore::RedisCluster => println!(
@@ -326,6 +328,22 @@ fn acl(store: AclStore, prefix: &str, user: &str) -> Result<u8, Failure> {
                  distlock-cli --features etcd` to print the etcd role"
                     .to_owned(),
             ))
+        }
+        #[cfg(feature = "postgres")]
+        AclStore::Postgres => {
+            let schema = schema.unwrap_or("distlock");
+            let sql = distlock::postgres::grants(schema, user)
+                .map_err(|err| Failure::Usage(err.to_string()))?;
+            print!("{sql}");
+        }
+        #[cfg(not(feature = "postgres"))]
+        AclStore::Postgres => {
+            let _ = schema;
+            return Err(Failure::Usage(
+                "this distlock was built without PostgreSQL; install it with `cargo install \
+                 distlock-cli --features postgres` to print the GRANTs"
+                    .to_owned(),
+            ));
         }
     }
     Ok(HELD)

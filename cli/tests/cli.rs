@@ -532,3 +532,26 @@ fn acl_prints_the_rights_of_a_lock_user() {
     #[cfg(not(feature = "etcd"))]
     assert_eq!(etcd.status.code(), Some(2), "{etcd:?}");
 }
+
+/// `distlock acl postgres` prints the library's GRANTs for `--schema` and `--user`.
+#[test]
+fn acl_prints_the_grants_of_a_postgres_lock_user() {
+    let printed = distlock(
+        "",
+        &[
+            "--schema",
+            "ops_locks",
+            "acl",
+            "postgres",
+            "--user",
+            "locker",
+        ],
+    );
+    #[cfg(feature = "postgres")]
+    assert_eq!(
+        stdout(&printed),
+        distlock::postgres::grants("ops_locks", "locker").unwrap()
+    );
+    #[cfg(not(feature = "postgres"))]
+    assert_eq!(printed.status.code(), Some(2), "{printed:?}");
+}

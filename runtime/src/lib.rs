@@ -182,6 +182,24 @@ pub mod postgres {
         crate::engines::postgres::sql::check_schema(schema)?;
         Ok(crate::engines::postgres::sql::schema_sql(schema))
     }
+
+    /// The GRANTs that give the role `user` what locks in `schema` need, and nothing more:
+    /// `USAGE` on the schema, reads and writes on its two tables, `USAGE` on its sequence,
+    /// `EXECUTE` on its functions. What `distlock acl postgres` prints; a user without one of
+    /// them gets an error from [`Backend::ping`](crate::Backend::ping) that names this.
+    ///
+    /// ```
+    /// let sql = distlock::postgres::grants("distlock", "locker").unwrap();
+    /// assert!(sql.contains("GRANT USAGE ON SEQUENCE distlock.tokens TO \"locker\";"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`](crate::LockError::InvalidConfig) when `schema` is not a
+    /// lowercase SQL identifier.
+    pub fn grants(schema: &str, user: &str) -> Result<String, crate::LockError> {
+        crate::engines::postgres::sql::check_schema(schema)?;
+        Ok(crate::engines::postgres::sql::grants_sql(schema, user))
+    }
 }
 
 pub use backend::registry::{Registry, DEFAULT_BACKEND};

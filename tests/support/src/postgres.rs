@@ -13,6 +13,7 @@
 use crate::ports::free_port;
 use crate::process::{Child, Outcome};
 use crate::server::{make_temp_dir, make_temp_dir_in, tail, KILL_DEADLINE};
+use crate::tls::{ServerCert, TestPki};
 use std::ffi::CString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,23 @@ impl PgServer {
 
     /// [`start`](Self::start) with more server settings (`-c name=value`).
     pub fn start_with(settings: &[(&str, &str)]) -> PgServer {
+        PgServer::start_configured(settings, None)
+    }
+
+    /// A new cluster that takes TCP connections over TLS only (`hostssl` in `pg_hba.conf`),
+    /// presenting `which` certificate of `pki`; the harness's own `psql` goes through the Unix
+    /// socket.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_tls(pki: &TestPki, which: ServerCert) -> PgServer {
+        PgServer::start_configured(&[], Some((pki, which)))
+    }
+
+    fn start_configured(
+        settings: &[(&str, &str)],
+        tls: Option<(&TestPki, ServerCert)>,
+    ) -> PgServer {
         let dir = new_dir();
         let data = dir.join("data");
         run_to_end(
@@ -64,20 +82,37 @@ impl PgServer {
             ]),
             "initdb",
         );
+        let host = match tls {
+            Some(_) => "hostssl",
+            None => "host",
+        };
         std::fs::write(
             data.join("pg_hba.conf"),
-            "local all all trust\nhost all all 127.0.0.1/32 trust\n\
-             host replication all 127.0.0.1/32 trust\n",
+            format!(
+                "local all all trust\n{host} all all 127.0.0.1/32 trust\n\
+                 {host} replication all 127.0.0.1/32 trust\n"
+            ),
         )
         .expect("pg_hba.conf");
+        let mut settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        if let Some((pki, which)) = tls {
+            install_certificate(&data, pki, which);
+            for (name, value) in [
+                ("ssl", "on"),
+                ("ssl_cert_file", "server.crt"),
+                ("ssl_key_file", "server.key"),
+            ] {
+                settings.push((name.to_owned(), value.to_owned()));
+            }
+        }
         let mut server = PgServer {
             port: free_port(),
             dir,
             child: None,
-            settings: settings
-                .iter()
-                .map(|(name, value)| (name.to_string(), value.to_string()))
-                .collect(),
+            settings,
         };
         server.launch();
         server
@@ -353,6 +388,20 @@ impl Drop for PgBouncer {
         self.child.signal(libc::SIGKILL);
         self.child.wait_exit(KILL_DEADLINE);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Copies the server certificate `which` of `pki` into the data dir `data`, as the server
+/// wants its key: readable by its owner only, the server's user.
+fn install_certificate(data: &Path, pki: &TestPki, which: ServerCert) {
+    use std::os::unix::fs::PermissionsExt;
+    let (cert, key) = pki.server(which);
+    for (from, to) in [(cert, "server.crt"), (key, "server.key")] {
+        let to = data.join(to);
+        std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("cannot copy {from:?}: {e}"));
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("cannot restrict {to:?}: {e}"));
+        chown_to_postgres(&to);
     }
 }
 

@@ -7,7 +7,7 @@ use super::url::EtcdSpec;
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::util::advised::Advised;
-use crate::util::tls_advice::{self, chain_mentions};
+use crate::util::tls_advice::{self, chain_mentions, Hints};
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
 use tonic::Code;
@@ -140,7 +140,10 @@ impl Connection {
             )
         );
         let tls = match self.spec.secure {
-            true => tls_advice::advice(&err, "etcd", self.tls.client.is_some()),
+            true => {
+                let plain = "a member without TLS takes the etcd:// scheme";
+                tls_advice::advice(&err, &Hints::builder(plain, self.tls.client.is_some()))
+            }
             false => None,
         };
         let ambiguous = !refused_outright && tls.is_none();

@@ -8,6 +8,7 @@
 
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
+use crate::util::tls_advice::{self, Hints};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::ConnectOptions;
 use std::future::Future;
@@ -91,6 +92,14 @@ impl Connection {
     }
 }
 
+/// What to set, in the URL, about a TLS handshake that failed.
+const TLS_HINTS: Hints<'static> = Hints {
+    ca: "set `sslrootcert` in the URL to the CA's file (with `sslmode=verify-full`)",
+    client: "set `sslcert` and `sslkey` in the URL",
+    plain: "a server without TLS takes `sslmode=disable` (or `prefer`)",
+    client_cert: true,
+};
+
 /// A failed request: ambiguous unless the database said what it refused (then nothing was
 /// applied: the transaction rolled back) or no connection was had.
 pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
@@ -98,6 +107,12 @@ pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
         ambiguous: false,
         source: source.into(),
     };
+    if let sqlx::Error::Io(_) | sqlx::Error::Tls(_) = &err {
+        // A handshake that failed carried no request.
+        if let Some(advice) = tls_advice::advice(&err, &TLS_HINTS) {
+            return refused(format!("{err}; {advice}"));
+        }
+    }
     match &err {
         sqlx::Error::Database(db) => match db.code().as_deref() {
             // undefined_function, undefined_table, invalid_schema_name
@@ -116,8 +131,13 @@ pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
             )),
             // insufficient_privilege
             Some("42501") => refused(format!(
-                "{err}: the user may not use the lock tables; grant it what `distlock schema \
-                 postgres --schema {schema}` lists"
+                "{err}: the user lacks a right distlock needs; grant it what `distlock acl \
+                 postgres --schema {schema} --user <user>` prints"
+            )),
+            // invalid_authorization_specification, on a host that must use TLS
+            Some("28000") if db.message().contains("no encryption") => refused(format!(
+                "{err}: the server takes only TLS connections from this host; set \
+                 `sslmode=verify-full` and `sslrootcert` (the CA's file) in the URL"
             )),
             // read_only_sql_transaction: a standby
             Some("25006") => refused(format!(

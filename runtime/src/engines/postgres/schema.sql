@@ -1,9 +1,6 @@
 -- distlock's lock tables in the schema `{schema}`. Run once (in a migration); every statement
--- may run again. A lock user that does not own them needs (for a role `locker`):
---   GRANT USAGE ON SCHEMA {schema} TO locker;
---   GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.locks, {schema}.entries TO locker;
---   GRANT USAGE ON SEQUENCE {schema}.tokens TO locker;
---   GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO locker;
+-- may run again. A lock user that does not own them needs the GRANTs that
+-- `distlock acl postgres --schema {schema} --user <role>` prints, and nothing more.
 CREATE SCHEMA IF NOT EXISTS {schema};
 
 -- Every entry's place in its queue, and its holder's fencing token.

@@ -174,9 +174,27 @@ pub(crate) fn schema_sql(schema: &str) -> String {
     include_str!("schema.sql").replace("{schema}", schema)
 }
 
+/// The GRANTs that give `user` what locks in `schema` need and nothing more: the schema, its
+/// two tables and sequence, and its functions. What `distlock acl postgres` prints.
+pub(crate) fn grants_sql(schema: &str, user: &str) -> String {
+    let user = format!("\"{}\"", user.replace('"', "\"\""));
+    format!(
+        "GRANT USAGE ON SCHEMA {schema} TO {user};\n\
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {schema}.locks, {schema}.entries TO {user};\n\
+         GRANT USAGE ON SEQUENCE {schema}.tokens TO {user};\n\
+         GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} TO {user};\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grants_name_the_user_as_one_quoted_identifier() {
+        let sql = grants_sql("locks", "ops \"team\"; DROP");
+        assert!(sql.contains("TO \"ops \"\"team\"\"; DROP\";"), "{sql}");
+    }
 
     #[test]
     fn a_schema_is_a_plain_identifier() {

@@ -4,7 +4,7 @@
 
 use crate::engines::engine::EngineFailure;
 use crate::util::advised::Advised;
-use crate::util::tls_advice::{self, chain_mentions};
+use crate::util::tls_advice::{self, chain_mentions, Hints};
 
 /// What a failed command means for the lock: whether it may have run although no reply was read
 /// (a timeout, or a connection that broke after the request was written), and advice for the
@@ -67,7 +67,8 @@ fn advice(err: &redis::RedisError, prefix: &str) -> Option<Advice> {
         ))));
     }
     // A server that wants a client certificate says so (`certificate_required`) when none came.
-    tls_advice::advice(err, "redis", true).map(Advice::Tls)
+    let hints = Hints::builder("a server without TLS takes the redis:// scheme", true);
+    tls_advice::advice(err, &hints).map(Advice::Tls)
 }
 
 /// A script found `lock` holding a value distlock did not write: refused, not ambiguous (the
