@@ -249,6 +249,25 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
         .unwrap_err();
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
     shown.extend([format!("{err:?}"), err.to_string()]);
+    // TLS that fails, with credentials and a client key: a TLS handshake a plain server never
+    // answers, and an etcd member that is not there.
+    let pki = distlock_test_support::TestPki::generate();
+    let key = pki.client_key().to_string_lossy().into_owned();
+    secrets.0.push(key.clone());
+    let tls = format!("rediss://locker:{PASSWORD}@127.0.0.1:{}", server.port());
+    let etcd = format!("etcds://locker:{PASSWORD}@127.0.0.1:{}", free_port());
+    for url in [tls, etcd] {
+        let backend = Backend::builder(&url)
+            .prefix(PREFIX)
+            .connect_timeout(Duration::from_millis(200))
+            .tls_ca_file(pki.ca())
+            .tls_client_auth_files(pki.client_cert(), &key)
+            .build()
+            .unwrap();
+        let err = backend.ping().await.unwrap_err();
+        assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+        shown.extend([format!("{err:?}"), err.to_string(), format!("{backend:?}")]);
+    }
     let malformed = format!("redis://locker:{PASSWORD}@[::1");
     let err = Backend::builder(&malformed).build().unwrap_err();
     shown.extend([format!("{err:?}"), err.to_string()]);
@@ -270,7 +289,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
             "the run logged no `{needle}`:\n{text}"
         );
     }
-    assert_eq!(secrets.0.len(), 10, "every secret was collected");
+    assert_eq!(secrets.0.len(), 11, "every secret was collected");
     for secret in &secrets.0 {
         if let Some(line) = text.lines().find(|line| line.contains(secret.as_str())) {
             panic!("a log line shows the secret `{secret}`: {line}");
@@ -281,7 +300,7 @@ async fn no_secret_reaches_a_log_line_or_a_debug_string() {
     }
     eprintln!(
         "SECRETS: {} log lines and {} Debug/Display strings checked for {} secrets (passwords, \
-         URLs with credentials, owner tokens): none found",
+         URLs with credentials, owner tokens, a client key's path): none found",
         text.lines().count(),
         shown.len(),
         secrets.0.len()
