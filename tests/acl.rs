@@ -356,3 +356,48 @@ async fn ping_names_a_wrong_password_and_a_missing_right() {
     );
     eprintln!("ping, no ZADD: {text}");
 }
+
+/// A Sentinel group over TLS whose primary and replica have a lock user with the rules
+/// `distlock::redis::acl_rules` returns (the sentinels keep their own users): that user takes,
+/// waits for and releases locks with replica acknowledgement, and no server logs a denied
+/// command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_user_locks_through_the_sentinels() {
+    let group = distlock_test_support::SentinelGroup::start_tls(1, Duration::from_secs(5));
+    let rules = distlock::redis::acl_rules(PREFIX);
+    for server in [group.primary(), group.replica()] {
+        create_user(server, "locker", &rules);
+        assert_eq!(server.command(&["ACL", "LOG", "RESET"]), Reply::Simple("OK".into()));
+    }
+    let url = group
+        .sentinel_url()
+        .replace("rediss-sentinel://", "rediss-sentinel://locker:locker-secret@");
+    let build = || {
+        Backend::builder(&url)
+            .prefix(PREFIX)
+            .tls_ca_file(group.pki().unwrap().ca())
+            .min_replicas(1)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (build(), build());
+    holder.ping().await.expect("the lock user's rights suffice");
+    // The ping asks (`ACL WHOAMI`) whether the user may check its rights, and is refused once:
+    // the only refusal that is expected.
+    for server in [group.primary(), group.replica()] {
+        server.command(&["ACL", "LOG", "RESET"]);
+    }
+    let guard = Lock::new("sentinel-acl").on(&holder).acquire().await.unwrap();
+    let waiting = spawn_waiter(&waiter, "sentinel-acl", Duration::from_secs(30));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    waiting.await.unwrap().unwrap();
+    for server in [group.primary(), group.replica()] {
+        assert_eq!(
+            denials(server),
+            0,
+            "refused on port {}: {:?}",
+            server.port(),
+            denied(server)
+        );
+    }
+}

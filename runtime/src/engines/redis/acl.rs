@@ -7,7 +7,9 @@
 /// Redis 7 users start with no pub/sub channels (`resetchannels`): without the `&…` rule a
 /// waiter cannot subscribe to release notifications, and the release script's `PUBLISH` fails.
 /// `PUBSUB NUMSUB` lets inspect count the processes waiting for a lock (without it they are
-/// reported unknown).
+/// reported unknown). `ROLE` is how a Sentinel client checks that the server the sentinels
+/// name is the primary. Set the user on every server: one server, a Sentinel group's primary
+/// and replicas (which a failover promotes), each Redlock master.
 ///
 /// ```
 /// let rules = distlock::redis::acl_rules("billing");
@@ -15,7 +17,7 @@
 /// // ACL SETUSER locker on >secret <rules>
 /// ```
 pub fn acl_rules(prefix: &str) -> String {
-    format!("{} {}", common_rules(prefix), "+publish +pubsub|numsub")
+    format!("{} {}", common_rules(prefix), "+publish +pubsub|numsub +role")
 }
 
 /// [`acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
