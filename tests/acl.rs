@@ -367,11 +367,15 @@ async fn a_least_privilege_user_locks_through_the_sentinels() {
     let rules = distlock::redis::acl_rules(PREFIX);
     for server in [group.primary(), group.replica()] {
         create_user(server, "locker", &rules);
-        assert_eq!(server.command(&["ACL", "LOG", "RESET"]), Reply::Simple("OK".into()));
+        assert_eq!(
+            server.command(&["ACL", "LOG", "RESET"]),
+            Reply::Simple("OK".into())
+        );
     }
-    let url = group
-        .sentinel_url()
-        .replace("rediss-sentinel://", "rediss-sentinel://locker:locker-secret@");
+    let url = group.sentinel_url().replace(
+        "rediss-sentinel://",
+        "rediss-sentinel://locker:locker-secret@",
+    );
     let build = || {
         Backend::builder(&url)
             .prefix(PREFIX)
@@ -387,7 +391,11 @@ async fn a_least_privilege_user_locks_through_the_sentinels() {
     for server in [group.primary(), group.replica()] {
         server.command(&["ACL", "LOG", "RESET"]);
     }
-    let guard = Lock::new("sentinel-acl").on(&holder).acquire().await.unwrap();
+    let guard = Lock::new("sentinel-acl")
+        .on(&holder)
+        .acquire()
+        .await
+        .unwrap();
     let waiting = spawn_waiter(&waiter, "sentinel-acl", Duration::from_secs(30));
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     waiting.await.unwrap().unwrap();

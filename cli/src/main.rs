@@ -31,8 +31,8 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "distlock", version)]
 struct Cli {
-    /// The lock backend: redis://, rediss://, unix://, redis-sentinel://, redis-cluster://,
-    /// etcd:// (built with the `etcd` feature), postgres:// (built with the `postgres`
+    /// The lock backend: redis://, rediss://, unix://, redis[s]-sentinel://,
+    /// redis[s]-cluster://, etcd[s]:// (built with the `etcd` feature), postgres:// (built with the `postgres`
     /// feature), or three or more comma-separated redis:// URLs (Redlock) — the URL your
     /// services use.
     #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
@@ -48,10 +48,11 @@ struct Cli {
     /// The PostgreSQL schema of the lock tables your services use.
     #[arg(long, env = "DISTLOCK_SCHEMA", global = true)]
     schema: Option<String>,
-    /// CA certificate(s) to trust for rediss:// (PEM).
+    /// CA certificate(s) to trust for TLS URLs: rediss://, rediss-sentinel://,
+    /// rediss-cluster://, etcds:// (PEM).
     #[arg(long, env = "DISTLOCK_TLS_CA_FILE", global = true)]
     tls_ca_file: Option<std::path::PathBuf>,
-    /// Client certificate for rediss:// servers that verify clients (PEM; needs --tls-key-file).
+    /// Client certificate for TLS servers that verify clients (PEM; needs --tls-key-file).
     #[arg(
         long,
         env = "DISTLOCK_TLS_CERT_FILE",

@@ -22,10 +22,12 @@ pub const MIN_REPLICAS: &str = "DISTLOCK_MIN_REPLICAS";
 /// 200 ms, or a quarter of the watchdog lease when that is less. See
 /// [`BackendBuilder::replica_timeout`](crate::BackendBuilder::replica_timeout).
 pub const REPLICA_TIMEOUT: &str = "DISTLOCK_REPLICA_TIMEOUT";
-/// For `rediss://`: a PEM file of the CA certificate(s) to trust instead of the web PKI roots.
+/// For TLS URLs (`rediss://`, `rediss-sentinel://`, `rediss-cluster://`, `etcds://`): a PEM
+/// file of the CA certificate(s) to trust instead of the web PKI roots. (PostgreSQL takes
+/// `sslrootcert` in its URL.)
 pub const TLS_CA_FILE: &str = "DISTLOCK_TLS_CA_FILE";
-/// For `rediss://` servers that verify clients: the client's certificate (PEM); needs
-/// [`TLS_KEY_FILE`] too.
+/// For TLS URLs whose servers verify clients: the client's certificate (PEM); needs
+/// [`TLS_KEY_FILE`] too. (PostgreSQL takes `sslcert` and `sslkey` in its URL.)
 pub const TLS_CERT_FILE: &str = "DISTLOCK_TLS_CERT_FILE";
 /// The private key (PEM) of [`TLS_CERT_FILE`].
 pub const TLS_KEY_FILE: &str = "DISTLOCK_TLS_KEY_FILE";

@@ -70,7 +70,7 @@
 //! ## Features
 //! | feature | adds |
 //! |---|---|
-//! | `tls` | `rediss://` URLs, through rustls |
+//! | `tls` | TLS through rustls: `rediss://`, `rediss-sentinel://`, `rediss-cluster://`, `etcds://` URLs, PostgreSQL's `sslmode` |
 //! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
 //! | `postgres` | `postgres://` URLs, `Backend::postgres(&pool)` and `distlock::postgres`: locks in a PostgreSQL database, and fenced writes in the application's own transaction |
 //! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |

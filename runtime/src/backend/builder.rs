@@ -16,7 +16,8 @@ pub(crate) const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 const DEFAULT_LOCAL_BATCH: Duration = Duration::from_millis(1);
 
 impl Backend {
-    /// A builder for a backend at `url`: `redis://host:port/db`, `rediss://…` (feature `tls`),
+    /// A builder for a backend at `url` (the `rediss`, `rediss-sentinel`, `rediss-cluster` and
+    /// `etcds` schemes are the same over TLS, feature `tls`): `redis://host:port/db`, `rediss://…`,
     /// `redis+unix:///path` / `unix:///path`, `memory://` for the in-process backend,
     /// `redis-cluster://[user:password@]host:port[,host:port…]` for a Redis Cluster (seed
     /// nodes), `etcd://[user:password@]host:2379[,host:2379…]` for an etcd cluster (feature
@@ -310,11 +311,12 @@ impl BackendBuilder {
         self
     }
 
-    /// Trust the CA certificate(s) in this PEM file for `rediss://` connections, instead of the
-    /// web PKI roots. Default: the web PKI roots. The file is read here; a file that cannot be
-    /// read, or holds no PEM block, makes [`build`](Self::build) fail naming it. Setting TLS
-    /// files for a URL that is not `rediss://` is an error too, never silently ignored.
-    /// Needs the `tls` feature.
+    /// Trust the CA certificate(s) in this PEM file for TLS connections (`rediss://`,
+    /// `rediss-sentinel://`, `rediss-cluster://`, `etcds://`), instead of the web PKI roots.
+    /// Default: the web PKI roots. The file is read here; a file that cannot be read, or holds
+    /// no PEM block, makes [`build`](Self::build) fail naming it. Setting TLS files for a URL
+    /// that is not a TLS one is an error too, never silently ignored (PostgreSQL takes
+    /// `sslrootcert` in its URL). Needs the `tls` feature.
     pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
         match read_pem(path.as_ref()) {
             Ok(pem) => self.tls.ca = Some(pem),
@@ -330,7 +332,8 @@ impl BackendBuilder {
     }
 
     /// Present this client certificate (PEM chain) and private key (PEM) to servers that verify
-    /// clients (`tls-auth-clients yes`). Default: none. Read here, like
+    /// clients (Redis's `tls-auth-clients yes`, etcd's `--client-cert-auth`). Default: none.
+    /// Read here, like
     /// [`tls_ca_file`](Self::tls_ca_file).
     pub fn tls_client_auth_files(
         mut self,

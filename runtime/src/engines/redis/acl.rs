@@ -17,7 +17,11 @@
 /// // ACL SETUSER locker on >secret <rules>
 /// ```
 pub fn acl_rules(prefix: &str) -> String {
-    format!("{} {}", common_rules(prefix), "+publish +pubsub|numsub +role")
+    format!(
+        "{} {}",
+        common_rules(prefix),
+        "+publish +pubsub|numsub +role"
+    )
 }
 
 /// [`acl_rules`] for a Redis Cluster (Redis ≥ 7.0): sharded pub/sub (`SPUBLISH`,
