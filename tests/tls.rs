@@ -178,6 +178,26 @@ async fn the_environment_configures_tls() {
     assert_eq!(Registry::global().get("default").unwrap().prefix(), PREFIX);
 }
 
+/// Pings each case's backend, which must fail within `bound` with an error that contains the
+/// case's named text; prints each error, for `store`.
+async fn each_named<const N: usize>(
+    store: &str,
+    cases: [(&str, BackendBuilder, &str); N],
+    bound: Duration,
+) {
+    for (case, builder, named) in cases {
+        let started = Instant::now();
+        let err = ping_fails(builder).await;
+        assert!(err.contains(named), "{case}: {err}");
+        assert!(
+            started.elapsed() < bound,
+            "{case}: took {:?}",
+            started.elapsed()
+        );
+        eprintln!("TLS {store}, {case} ({:?}): {err}", started.elapsed());
+    }
+}
+
 /// The message of a ping of `builder`'s backend, which fails.
 async fn ping_fails(builder: BackendBuilder) -> String {
     let backend = builder.build().unwrap();
@@ -244,17 +264,7 @@ async fn etcd_over_mutual_tls_names_every_way_of_getting_tls_wrong() {
             "use an etcds:// URL",
         ),
     ];
-    for (case, builder, named) in cases {
-        let started = Instant::now();
-        let err = ping_fails(builder).await;
-        assert!(err.contains(named), "{case}: {err}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{case}: took {:?}",
-            started.elapsed()
-        );
-        eprintln!("TLS etcd, {case}: {err}");
-    }
+    each_named("etcd", cases, Duration::from_secs(5)).await;
     // TLS files for a plain URL are refused when the backend is built.
     let err = with_files(plain.url()).build().unwrap_err().to_string();
     assert!(err.contains("use etcds://"), "{err}");
@@ -344,18 +354,8 @@ async fn redis_names_every_way_of_getting_tls_wrong() {
             "use a rediss:// URL",
         ),
     ];
-    for (case, builder, named) in cases {
-        let started = Instant::now();
-        let err = ping_fails(builder).await;
-        assert!(err.contains(named), "{case}: {err}");
-        // Never a hang: at most the three connection attempts' timeouts (2 s each).
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{case}: took {:?}",
-            started.elapsed()
-        );
-        eprintln!("TLS redis, {case} ({:?}): {err}", started.elapsed());
-    }
+    // Never a hang: at most the three connection attempts' timeouts (2 s each).
+    each_named("redis", cases, Duration::from_secs(10)).await;
 }
 
 /// `postgres://postgres@127.0.0.1:<port>/postgres?<query>` on `server`.
@@ -417,17 +417,8 @@ async fn postgres_over_tls_names_every_way_of_getting_tls_wrong() {
             "the server takes only TLS connections from this host",
         ),
     ];
-    for (case, url, named) in cases {
-        let started = Instant::now();
-        let err = ping_fails(Backend::builder(url).prefix(PREFIX)).await;
-        assert!(err.contains(named), "{case}: {err}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{case}: took {:?}",
-            started.elapsed()
-        );
-        eprintln!("TLS postgres, {case}: {err}");
-    }
+    let cases = cases.map(|(case, url, named)| (case, Backend::builder(url).prefix(PREFIX), named));
+    each_named("postgres", cases, Duration::from_secs(5)).await;
 }
 
 /// A PostgreSQL role with exactly the GRANTs `distlock acl postgres` prints takes locks (over

@@ -114,6 +114,26 @@ pub(crate) fn scheme_of(url: &str) -> Option<&str> {
     url.split_once("://").map(|(scheme, _)| scheme)
 }
 
+/// `url` after its scheme, `plain` or `secure` (its TLS twin, which needs the `tls` feature):
+/// the rest and whether it is the TLS one; `Err` with what is wrong (`None`: neither scheme).
+pub(crate) fn split_scheme<'a>(
+    url: &'a str,
+    plain: &str,
+    secure: &str,
+) -> Option<Result<(&'a str, bool), String>> {
+    let rest = |scheme: &str| url.strip_prefix(scheme)?.strip_prefix("://");
+    if let Some(rest) = rest(plain) {
+        return Some(Ok((rest, false)));
+    }
+    let rest = rest(secure)?;
+    Some(match cfg!(feature = "tls") {
+        true => Ok((rest, true)),
+        false => Err(format!(
+            "asks for TLS; enable the `tls` feature of distlock to use {secure}:// URLs"
+        )),
+    })
+}
+
 /// `host[:port]` items of a typed constructor (`Backend::sentinel`, …), parsed: `setting` names
 /// the argument in errors (credentials belong in the URL form).
 pub(crate) fn host_list(

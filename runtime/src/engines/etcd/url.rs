@@ -2,7 +2,7 @@
 //! the user's credentials.
 
 use crate::error::LockError;
-use crate::util::hosts::Authority;
+use crate::util::hosts::{split_scheme, Authority};
 use crate::util::redact::redact_url;
 
 /// The client port of an etcd member when a URL names none.
@@ -31,16 +31,9 @@ impl EtcdSpec {
                 ),
             )
         };
-        let (rest, secure) = match (url.strip_prefix("etcd://"), url.strip_prefix("etcds://")) {
-            (Some(rest), _) => (rest, false),
-            (_, Some(rest)) => (rest, true),
-            _ => return Err(problem("is not an etcd:// or etcds:// URL".into())),
-        };
-        if secure && !cfg!(feature = "tls") {
-            return Err(problem(
-                "asks for TLS; enable the `tls` feature of distlock to use etcds:// URLs".into(),
-            ));
-        }
+        let (rest, secure) = split_scheme(url, "etcd", "etcds")
+            .ok_or_else(|| problem("is not an etcd:// or etcds:// URL".into()))?
+            .map_err(problem)?;
         let authority = rest.trim_end_matches('/');
         if let Some(extra) = authority.find(['/', '?']) {
             return Err(problem(format!(

@@ -4,7 +4,7 @@
 use super::tls;
 use crate::engines::settings::{Timeouts, TlsFiles};
 use crate::error::LockError;
-use crate::util::hosts::Authority;
+use crate::util::hosts::{split_scheme, Authority};
 use crate::util::redact::redact_url;
 use redis::cluster::ClusterClientBuilder;
 use redis::IntoConnectionInfo;
@@ -37,20 +37,9 @@ impl ClusterSpec {
                 ),
             )
         };
-        let (rest, secure) = match (
-            url.strip_prefix("redis-cluster://"),
-            url.strip_prefix("rediss-cluster://"),
-        ) {
-            (Some(rest), _) => (rest, false),
-            (_, Some(rest)) => (rest, true),
-            _ => return Err(problem("is not a redis-cluster:// URL".into())),
-        };
-        if secure && !cfg!(feature = "tls") {
-            return Err(problem(
-                "asks for TLS; enable the `tls` feature of distlock to use rediss-cluster:// URLs"
-                    .into(),
-            ));
-        }
+        let (rest, secure) = split_scheme(url, "redis-cluster", "rediss-cluster")
+            .ok_or_else(|| problem("is not a redis-cluster:// URL".into()))?
+            .map_err(problem)?;
         let authority = rest.trim_end_matches('/');
         if let Some(extra) = authority.find(['/', '?']) {
             return Err(problem(format!(

@@ -15,7 +15,7 @@ use crate::engines::settings::Timeouts;
 use crate::engines::settings::TlsFiles;
 use crate::error::LockError;
 use crate::hooks::{self, SharedHooks};
-use crate::util::hosts::{percent_decode, Authority};
+use crate::util::hosts::{percent_decode, split_scheme, Authority};
 use crate::util::redact::redact_url;
 use futures_util::StreamExt;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -61,20 +61,9 @@ impl SentinelSpec {
                 ),
             )
         };
-        let (rest, secure) = match (
-            url.strip_prefix("redis-sentinel://"),
-            url.strip_prefix("rediss-sentinel://"),
-        ) {
-            (Some(rest), _) => (rest, false),
-            (_, Some(rest)) => (rest, true),
-            _ => return Err(problem("is not a redis-sentinel:// URL".into())),
-        };
-        if secure && !cfg!(feature = "tls") {
-            return Err(problem(
-                "asks for TLS; enable the `tls` feature of distlock to use rediss-sentinel:// URLs"
-                    .into(),
-            ));
-        }
+        let (rest, secure) = split_scheme(url, "redis-sentinel", "rediss-sentinel")
+            .ok_or_else(|| problem("is not a redis-sentinel:// URL".into()))?
+            .map_err(problem)?;
         let (rest, query) = match rest.split_once('?') {
             Some((rest, query)) => (rest, Some(query)),
             None => (rest, None),
