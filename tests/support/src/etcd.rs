@@ -241,26 +241,6 @@ impl EtcdCluster {
         }
     }
 
-    /// Runs `etcdctl` against every live member with `args` (and the client certificate of a
-    /// TLS cluster); its standard output.
-    ///
-    /// # Panics
-    ///
-    /// If etcdctl cannot be run or fails; the message quotes its output.
-    pub fn etcdctl(&self, args: &[&str]) -> String {
-        let output = self
-            .etcdctl_command(args)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run etcdctl ({e}); point {ETCDCTL_ENV} at it"));
-        assert!(
-            output.status.success(),
-            "etcdctl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
     /// Runs `script` in `sh`, its `etcdctl` commands going to every live member (with the
     /// client certificate of a TLS cluster) as `user:password`, if given.
     ///
@@ -268,24 +248,14 @@ impl EtcdCluster {
     ///
     /// If the script fails; the message quotes its output.
     pub fn etcdctl_script(&self, script: &str, user: Option<&str>) -> String {
-        let probe = self.etcdctl_command(&[]);
         let mut command = Command::new("sh");
-        // etcdctl reads its flags from ETCDCTL_* too: the script's commands get the same.
-        let program = probe.get_program().to_owned();
         command
             .arg("-c")
             .arg(format!(
                 "etcdctl() {{ command \"$DISTLOCK_ETCDCTL_BIN\" \"$@\"; }}\nset -e\n{script}"
             ))
-            .env("DISTLOCK_ETCDCTL_BIN", program)
-            .env("ETCDCTL_API", "3")
-            .env("ETCDCTL_ENDPOINTS", self.client_urls().join(","));
-        if let Some(tls) = &self.tls {
-            command
-                .env("ETCDCTL_CACERT", &tls.ca)
-                .env("ETCDCTL_CERT", &tls.client.0)
-                .env("ETCDCTL_KEY", &tls.client.1);
-        }
+            .env("DISTLOCK_ETCDCTL_BIN", binary(ETCDCTL_ENV, "etcdctl"));
+        self.connect_etcdctl(&mut command);
         if let Some(user) = user {
             command.env("ETCDCTL_USER", user);
         }
@@ -300,6 +270,17 @@ impl EtcdCluster {
     }
 
     fn etcdctl_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(binary(ETCDCTL_ENV, "etcdctl"));
+        self.connect_etcdctl(&mut command);
+        command
+            .args(["--command-timeout", "2s", "--dial-timeout", "1s"])
+            .args(args);
+        command
+    }
+
+    /// Points the etcdctl of `command` (or of the script it runs) at every live member, with
+    /// the client certificate of a TLS cluster: etcdctl reads its flags from `ETCDCTL_*`.
+    fn connect_etcdctl(&self, command: &mut Command) {
         let endpoints: Vec<String> = (0..self.members.len())
             .filter(|&i| self.is_running(i))
             .map(|i| {
@@ -310,22 +291,15 @@ impl EtcdCluster {
                 )
             })
             .collect();
-        let mut command = Command::new(binary(ETCDCTL_ENV, "etcdctl"));
         command
             .env("ETCDCTL_API", "3")
-            .args(["--endpoints", &endpoints.join(",")])
-            .args(["--command-timeout", "2s", "--dial-timeout", "1s"]);
+            .env("ETCDCTL_ENDPOINTS", endpoints.join(","));
         if let Some(tls) = &self.tls {
             command
-                .arg("--cacert")
-                .arg(&tls.ca)
-                .arg("--cert")
-                .arg(&tls.client.0)
-                .arg("--key")
-                .arg(&tls.client.1);
+                .env("ETCDCTL_CACERT", &tls.ca)
+                .env("ETCDCTL_CERT", &tls.client.0)
+                .env("ETCDCTL_KEY", &tls.client.1);
         }
-        command.args(args);
-        command
     }
 
     /// The client port of member `i`.
