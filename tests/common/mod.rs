@@ -6,6 +6,7 @@
 
 pub mod cell;
 pub mod etcd;
+pub mod mysql;
 pub mod postgres;
 pub mod sections;
 pub mod worker;
@@ -13,6 +14,7 @@ pub mod worker;
 #[allow(unused_imports)]
 pub use etcd::{Etcd, EtcdTls};
 #[allow(unused_imports)]
+pub use mysql::Mysql;
 pub use postgres::Postgres;
 
 use cell::{read_cell, Cell};
@@ -131,6 +133,10 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     fn postgres(&self) -> Option<&distlock_test_support::PgServer> {
         None
     }
+    /// The MariaDB server the locks live on, for the MySQL backend.
+    fn mysql(&self) -> Option<&distlock_test_support::MariaDbServer> {
+        None
+    }
 }
 
 /// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
@@ -143,6 +149,9 @@ pub async fn until<F: Fixture>(fx: &F, within: Duration, check: impl AsyncFnMut(
     }
     if let Some(server) = fx.postgres() {
         return postgres::until_on_postgres(server, within, check).await;
+    }
+    if let Some(server) = fx.mysql() {
+        return mysql::until_on_mysql(server, within, check).await;
     }
     let servers = fx.servers();
     if !servers.is_empty() {

@@ -218,11 +218,13 @@ pub enum Deployment {
     Etcd,
     /// A PostgreSQL database (`postgres://`, feature `postgres`).
     Postgres,
+    /// A MySQL or MariaDB database (`mysql://`, feature `mysql`).
+    Mysql,
 }
 
 impl Deployment {
-    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock`, `etcd` or
-    /// `postgres`.
+    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock`, `etcd`, `postgres`
+    /// or `mysql`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Deployment::InProcess => "in-process",
@@ -232,6 +234,7 @@ impl Deployment {
             Deployment::Redlock => "redlock",
             Deployment::Etcd => "etcd",
             Deployment::Postgres => "postgres",
+            Deployment::Mysql => "mysql",
         }
     }
 }
@@ -394,7 +397,7 @@ pub(crate) trait Engine: Send + Sync + 'static {
 
     /// The SQL schema of a database engine's lock tables (`None`: not a database), which a
     /// fenced write in the application's own transaction reads.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     fn sql_schema(&self) -> Option<&str> {
         None
     }

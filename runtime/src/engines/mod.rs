@@ -1,7 +1,8 @@
 //! The lock engines, each a directory that registers its deployments: the in-process map
 //! (`in_process/`), Redis — one server, Sentinel, Cluster and Redlock (`redis/`) — etcd
-//! (`etcd/`, feature `etcd`) and PostgreSQL (`postgres/`, feature `postgres`), the last two
-//! stores of the queue engine (`queue/`). `engine.rs` is the boundary every engine implements, `spec.rs` what
+//! (`etcd/`, feature `etcd`), PostgreSQL (`postgres/`, feature `postgres`) and MySQL (`mysql/`,
+//! feature `mysql`), the last three stores of the queue engine (`queue/`), the databases sharing
+//! `sql/`. `engine.rs` is the boundary every engine implements, `spec.rs` what
 //! a deployment tells the builder, `settings.rs` what an engine is made with.
 //!
 //! [`DEPLOYMENTS`] is the one list of URL schemes: [`from_url`] reads a URL with it, and the
@@ -10,13 +11,21 @@
 pub(crate) mod engine;
 pub(crate) mod etcd;
 pub(crate) mod in_process;
+pub(crate) mod mysql;
 pub(crate) mod postgres;
 // The test hooks build it without a store too: the model checker runs its `order` (tests/model).
-#[cfg(any(feature = "etcd", feature = "postgres", distlock_test_hooks))]
+#[cfg(any(
+    feature = "etcd",
+    feature = "postgres",
+    feature = "mysql",
+    distlock_test_hooks
+))]
 pub(crate) mod queue;
 pub(crate) mod redis;
 pub(crate) mod settings;
 pub(crate) mod spec;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql;
 
 use crate::error::LockError;
 use crate::util::hosts::scheme_of;
@@ -25,12 +34,13 @@ use spec::{EngineSpec, Parser, Registration};
 use std::sync::Arc;
 
 /// Every deployment a URL can name, in the order the error for an unknown URL lists them.
-const DEPLOYMENTS: [&Registration; 6] = [
+const DEPLOYMENTS: [&Registration; 7] = [
     &redis::deployments::SERVER,
     &redis::deployments::SENTINEL,
     &redis::deployments::CLUSTER,
     &etcd::REGISTRATION,
     &postgres::REGISTRATION,
+    &mysql::REGISTRATION,
     &in_process::REGISTRATION,
 ];
 
@@ -130,7 +140,8 @@ mod tests {
             unknown.ends_with(
                 "expected redis://host:port, rediss://host:port, unix:///path/to/socket, \
                  redis[s]-sentinel://host:port,…/MASTER_NAME, redis[s]-cluster://host:port,…, \
-                 etcd[s]://host:port,…, postgres://user@host:port/database, memory://, or three \
+                 etcd[s]://host:port,…, postgres://user@host:port/database, \
+                 mysql://user@host:port/database, memory://, or three \
                  or more comma-separated redis:// URLs for Redlock"
             ),
             "{unknown}"

@@ -32,10 +32,10 @@ pub(crate) struct EngineSettings<'a> {
     /// The backend's test hooks (zero-sized without them).
     pub(crate) hooks: &'a SharedHooks,
     /// A database's schema for the lock tables (`distlock` unless set).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) schema: &'a str,
     /// Whether a database engine creates its schema when it is missing.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) create_schema: bool,
 }
 

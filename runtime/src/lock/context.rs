@@ -41,7 +41,7 @@ impl Frame {
     }
 
     /// Every lock of this call and of the calls around it, with its backend.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn held(self: &Arc<Self>) -> impl Iterator<Item = (&Backend, &Arc<HeldLease>)> {
         self.chain().flat_map(|frame| {
             frame

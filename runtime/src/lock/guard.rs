@@ -69,7 +69,7 @@ impl LockGuard {
     }
 
     /// The backend the locks are on.
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn backend(&self) -> &Backend {
         &self.backend
     }

@@ -22,6 +22,8 @@
 //! * [`PgServer`] runs a PostgreSQL cluster of its own (`initdb`, `postgres` on a free port,
 //!   as the `postgres` user when the harness is root), with streaming standbys
 //!   ([`PgServer::standby_of`]) and [`PgBouncer`] in front where a test needs one.
+//! * [`MariaDbServer`] runs a MariaDB server of its own (`mariadb-install-db`, then `mariadbd`
+//!   with `--no-defaults`, a free port and a socket of its own; `--user=root` when root).
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -55,6 +57,7 @@ mod cluster;
 mod etcd;
 mod events;
 mod listener;
+mod mariadb;
 mod ports;
 mod postgres;
 mod process;
@@ -70,6 +73,7 @@ pub use cluster::{RedisCluster, REDIS_CLI_ENV};
 pub use etcd::{EtcdCluster, ETCDCTL_ENV, ETCD_ENV};
 pub use events::{wait_until, Wake};
 pub use listener::ChannelListener;
+pub use mariadb::{MariaDbServer, MARIADB_BINDIR_ENV};
 pub use ports::{free_cluster_port, free_port};
 pub use postgres::{PgBouncer, PgServer, PoolMode, PGBOUNCER_ENV, PG_BINDIR_ENV};
 pub use proxy::FaultProxy;

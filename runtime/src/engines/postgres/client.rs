@@ -1,95 +1,27 @@
-//! The store's connections to PostgreSQL: a small pool of its own, opened lazily from the
-//! application's connect options, every request bounded by the response timeout, and the
-//! database's errors read as the engine's failures, with advice where the user can act.
-//!
-//! The pool is distlock's, never the application's: a body that holds every connection of the
-//! application's pool (in a transaction, say) cannot keep its own lock from being renewed or
-//! released, and a lock taken inside it cannot wait for a connection the body holds.
+//! How the PostgreSQL store reads its database's errors: the engine's failures, with advice
+//! where the user can act. Its connections are the database stores' (`engines/sql/`).
 
-use crate::engines::engine::{EngineFailure, EngineResult};
-use crate::engines::settings::Timeouts;
+use crate::engines::engine::EngineFailure;
+use crate::engines::sql::connection;
 use crate::util::tls_advice::{self, Hints};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, Postgres};
 use sqlx::ConnectOptions;
-use std::future::Future;
-use std::sync::OnceLock;
 
-/// Connections of the store's pool: enough for the watchdog, a few acquires and releases at
-/// once, and the listening connection.
-const POOL_SIZE: u32 = 8;
+/// The store's connections.
+pub(crate) type Connection = connection::Connection<Postgres>;
 
-pub(crate) struct Connection {
+/// Connections with `options`: every request is one simple-protocol query with its values
+/// written in (see `sql::render`), so sqlx's statement log — which would show the owners,
+/// secrets — is off, and no statement is kept prepared.
+pub(crate) fn connect(
     options: PgConnectOptions,
-    /// Opened at the first request, on the runtime it runs on: a backend is built outside
-    /// any runtime too (sqlx's pool starts its tasks when it is made).
-    pool: OnceLock<PgPool>,
-    timeouts: Timeouts,
-    /// `the PostgreSQL database … at host:port`, for messages.
+    timeouts: crate::engines::settings::Timeouts,
     describe: String,
-}
-
-impl Connection {
-    pub(crate) fn new(
-        options: PgConnectOptions,
-        timeouts: Timeouts,
-        describe: String,
-    ) -> Connection {
-        // Every request is one simple-protocol query with its values written in (see
-        // `sql::render`), so sqlx's statement log — which would show the owners, secrets — is
-        // off on these connections; no statement is kept prepared.
-        Connection {
-            options: options
-                .statement_cache_capacity(0)
-                .disable_statement_logging(),
-            pool: OnceLock::new(),
-            timeouts,
-            describe,
-        }
-    }
-
-    /// The pool; made (no connection opened yet) at the first call, which must be on a
-    /// runtime.
-    pub(crate) fn pool(&self) -> &PgPool {
-        self.pool.get_or_init(|| {
-            PgPoolOptions::new()
-                .max_connections(POOL_SIZE)
-                .min_connections(0)
-                .acquire_timeout(self.timeouts.connect)
-                .connect_lazy_with(self.options.clone())
-        })
-    }
-
-    /// How long a request waits for a row another transaction has locked (a fenced
-    /// transaction's lease row): the response timeout, so that the database gives up first and
-    /// says why, and no connection of the pool is held waiting longer.
-    pub(crate) fn lock_wait_ms(&self) -> i64 {
-        self.timeouts.response.as_millis().max(1) as i64
-    }
-
-    pub(crate) fn describe(&self) -> &str {
-        &self.describe
-    }
-
-    /// Runs one request, bounded by the connect and response timeouts; a request that timed
-    /// out or broke may have been applied (ambiguous).
-    ///
-    /// # Cancel safety
-    /// Not cancel safe.
-    /// Like a lost reply: a request already sent may still be applied (and committed). Callers
-    /// treat both alike (see [`Engine`](crate::engines::engine::Engine)).
-    pub(crate) async fn call<T, F>(&self, schema: &str, request: F) -> EngineResult<T>
-    where
-        F: Future<Output = Result<T, sqlx::Error>>,
-    {
-        let budget = self.timeouts.connect + self.timeouts.response;
-        match tokio::time::timeout(budget, request).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(err)) => Err(failure(err, schema)),
-            Err(_) => Err(EngineFailure::ambiguous(
-                "PostgreSQL did not answer in time",
-            )),
-        }
-    }
+) -> Connection {
+    let options = options
+        .statement_cache_capacity(0)
+        .disable_statement_logging();
+    Connection::new(options, timeouts, describe, "PostgreSQL", failure)
 }
 
 /// What to set, in the URL, about a TLS handshake that failed.

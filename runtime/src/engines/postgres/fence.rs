@@ -12,10 +12,10 @@
 //! whose lock is gone. Renewals still pass (they change the row's time, not its key).
 
 use super::sql::Statements;
-use crate::error::{BackendError, LockError, LostReason, Operation};
-use crate::lock::context;
+use crate::engines::engine::Deployment;
+use crate::engines::sql::fenced::{call_leases, Fenced};
+use crate::error::{BackendError, LockError, Operation};
 use crate::lock::guard::LockGuard;
-use crate::lock::key::lock_name;
 use crate::lock::lease::HeldLease;
 use crate::Backend;
 use sqlx::{AssertSqlSafe, PgConnection, Row};
@@ -40,21 +40,8 @@ use std::sync::Arc;
 /// Cancel safe for the lock; the transaction is the caller's. Dropped, the statement may or may
 /// not have run in the transaction — roll it back, as after any error in it.
 pub async fn fence(connection: &mut PgConnection) -> Result<(), LockError> {
-    let frame = context::current().ok_or(LockError::NoContext)?;
-    // The locks of this call and of the calls around it (a nested call on a key held already
-    // holds it through the outer one), on the first PostgreSQL backend among them.
-    let held: Vec<(&Backend, &Arc<HeldLease>)> = frame.held().collect();
-    let backend = held
-        .iter()
-        .map(|(backend, _)| *backend)
-        .find(|backend| backend.inner.engine.sql_schema().is_some())
-        .unwrap_or(&frame.backend);
-    let leases: Vec<Arc<HeldLease>> = held
-        .iter()
-        .filter(|(on, _)| on.same_as(backend))
-        .map(|(_, lease)| Arc::clone(lease))
-        .collect();
-    fence_leases(backend, &leases, connection).await
+    let (backend, leases) = call_leases(Deployment::Postgres)?;
+    fence_leases(&backend, &leases, connection).await
 }
 
 /// [`fence`] for the locks of `guard` (taken with [`Lock::acquire`](crate::Lock::acquire)).
@@ -77,37 +64,14 @@ async fn fence_leases(
     leases: &[Arc<HeldLease>],
     connection: &mut PgConnection,
 ) -> Result<(), LockError> {
-    let Some(schema) = backend.inner.engine.sql_schema() else {
-        return Err(LockError::invalid_config(
-            "backend",
-            format!(
-                "`{}` keeps its locks in {}, not in PostgreSQL: a fenced write in a PostgreSQL \
-                 transaction needs the lock in the same database (Backend::postgres)",
-                backend.name(),
-                backend.deployment()
-            ),
-        ));
-    };
-    for lease in leases {
-        lease.check()?;
-    }
-    let prefix = &backend.inner.settings.prefix;
-    let names: Vec<String> = leases
-        .iter()
-        .map(|lease| lock_name(prefix, &lease.key))
-        .collect();
-    let owners: Vec<String> = leases
-        .iter()
-        .map(|lease| lease.owner.as_str().to_owned())
-        .collect();
-    let tokens: Vec<i64> = leases.iter().map(|lease| lease.fence as i64).collect();
-    let statement = Statements::of(schema).fence;
+    let fenced = Fenced::of(backend, leases, Deployment::Postgres, "PostgreSQL")?;
+    let statement = Statements::of(fenced.schema).fence;
     // Bound, not written in: the owners are secrets, and the statement may be logged by the
     // application's connection. Unnamed (not kept prepared), for a transaction-mode pooler.
     let rows = sqlx::query(AssertSqlSafe(statement))
-        .bind(&names)
-        .bind(&owners)
-        .bind(&tokens)
+        .bind(&fenced.names)
+        .bind(&fenced.owners)
+        .bind(&fenced.tokens)
         .persistent(false)
         .fetch_all(&mut *connection)
         .await
@@ -120,11 +84,5 @@ async fn fence_leases(
             ))
         })?;
     let locked: Vec<String> = rows.iter().filter_map(|row| row.try_get(0).ok()).collect();
-    match names.iter().position(|name| !locked.contains(name)) {
-        None => Ok(()),
-        Some(missing) => Err(LockError::Lost {
-            key: leases[missing].key.clone(),
-            reason: LostReason::Gone,
-        }),
-    }
+    fenced.all_found(&locked)
 }

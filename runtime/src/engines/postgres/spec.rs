@@ -1,7 +1,7 @@
 //! The PostgreSQL deployment as a builder holds it: the settings it refuses, and its engine —
 //! the queue engine on a [`PgStore`].
 
-use super::client::Connection;
+use super::client::connect;
 use super::sql::check_schema;
 use super::store::PgStore;
 use super::url::PgSpec;
@@ -40,7 +40,7 @@ impl EngineSpec for PgSpec {
 
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
         check_schema(settings.schema)?;
-        let connection = Connection::new(self.options.clone(), settings.timeouts, self.describe());
+        let connection = connect(self.options.clone(), settings.timeouts, self.describe());
         let store = PgStore::new(
             connection,
             settings.schema,

@@ -32,24 +32,7 @@ pub(crate) struct Statements {
 /// Checks that `schema` is a lowercase SQL identifier, which needs no quoting anywhere (a
 /// channel name included).
 pub(crate) fn check_schema(schema: &str) -> Result<(), LockError> {
-    let first_ok = schema
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = schema
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    match first_ok && rest_ok && schema.len() <= MAX_IDENTIFIER {
-        true => Ok(()),
-        false => Err(LockError::invalid_config(
-            "schema",
-            format!(
-                "is `{}`; it must be a lowercase SQL identifier: letters, digits and `_`, not \
-                 starting with a digit, at most {MAX_IDENTIFIER} bytes",
-                schema.escape_debug()
-            ),
-        )),
-    }
+    crate::util::identifier::check_identifier(schema, MAX_IDENTIFIER)
 }
 
 impl Statements {

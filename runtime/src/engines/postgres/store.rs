@@ -55,6 +55,11 @@ impl PgStore {
         &self.sql.schema
     }
 
+    /// How long a request waits for a row a fenced transaction has locked, in milliseconds.
+    fn lock_wait_ms(&self) -> i64 {
+        self.connection.lock_wait().as_millis().max(1) as i64
+    }
+
     /// The lock's full name, the `key` of its rows.
     fn lock(&self, key: &str) -> String {
         lock_name(&self.prefix, key)
@@ -136,15 +141,6 @@ impl PgStore {
     }
 }
 
-/// What `leave` and `renew` answer: 1 there, 0 gone with the queue empty, -1 gone with
-/// another entry there.
-fn presence(found: i32) -> Presence {
-    match found {
-        1 => Presence::Present,
-        found => Presence::Absent { held: found < 0 },
-    }
-}
-
 impl Store for PgStore {
     type Lease = Duration;
 
@@ -164,7 +160,7 @@ impl Store for PgStore {
             Arg::Text(&kind_tag),
             Arg::Text(&self.label),
             Arg::Int(ttl_ms),
-            Arg::Int(self.connection.lock_wait_ms()),
+            Arg::Int(self.lock_wait_ms()),
         ];
         let rows = self.rows(&self.sql.join, &args).await?;
         let at = match rows.first() {
@@ -182,7 +178,7 @@ impl Store for PgStore {
         let args = [
             Arg::Text(&lock),
             Arg::Text(owner.as_str()),
-            Arg::Int(self.connection.lock_wait_ms()),
+            Arg::Int(self.lock_wait_ms()),
         ];
         let rows = self.rows(&self.sql.leave, &args).await?;
         let found: i32 = rows
@@ -190,7 +186,7 @@ impl Store for PgStore {
             .ok_or_else(|| EngineFailure::ambiguous("leave answered no row"))?
             .try_get(0)
             .map_err(EngineFailure::ambiguous)?;
-        Ok(presence(found))
+        Ok(Presence::from_code(found.into()))
     }
 
     async fn renew(&self, batch: &[Renewal<'_>]) -> EngineResult<Vec<Option<Presence>>> {
@@ -208,7 +204,7 @@ impl Store for PgStore {
         rows.iter()
             .map(|row| {
                 let found: i32 = row.try_get(0).map_err(EngineFailure::ambiguous)?;
-                Ok(Some(presence(found)))
+                Ok(Some(Presence::from_code(found.into())))
             })
             .collect()
     }
@@ -225,7 +221,7 @@ impl Store for PgStore {
             Arg::Text(&lock),
             Arg::Text(&entry.owner),
             Arg::Int(entry.token as i64),
-            Arg::Int(self.connection.lock_wait_ms()),
+            Arg::Int(self.lock_wait_ms()),
         ];
         let rows = self.rows(&self.sql.remove, &args).await?;
         rows.first()

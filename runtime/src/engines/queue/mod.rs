@@ -1,4 +1,5 @@
-//! The queue engine: one [`Engine`] for every store that orders entries (etcd today).
+//! The queue engine: one [`Engine`] for every store that orders entries (etcd, PostgreSQL,
+//! MySQL).
 //!
 //! A lock is a queue of entries in the store ([`Store`]): each contender writes one, bound to
 //! a time the store keeps (a lease, an expiry), and the store numbers it in the order entries
@@ -12,7 +13,10 @@
 //! decides who holds, joins (`joining.rs`: a leave never overtakes its join), wakes, and
 //! answers the operators (`operator.rs`).
 // Built without a store only under the test hooks, for the model checker, which runs `order`.
-#![cfg_attr(not(any(feature = "etcd", feature = "postgres")), allow(dead_code))]
+#![cfg_attr(
+    not(any(feature = "etcd", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
 
 mod joining;
 mod operator;

@@ -122,6 +122,18 @@ pub(crate) enum Presence {
     Absent { held: bool },
 }
 
+impl Presence {
+    /// What a database's `leave` and `renew` answer: 1 there, 0 gone with the queue empty, -1
+    /// gone with another entry there.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn from_code(found: i64) -> Presence {
+        match found {
+            1 => Presence::Present,
+            found => Presence::Absent { held: found < 0 },
+        }
+    }
+}
+
 /// One deletion in a watched queue: whose entry, and where in the store's order it happened:
 /// a deletion at a position after a read's ([`Read::at`]) happened after that read.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,53 @@
+//! The MySQL deployment as a builder holds it: the settings it refuses, and its engine — the
+//! queue engine on a [`MySqlStore`].
+
+use super::client::connect;
+use super::sql::check_schema;
+use super::store::MySqlStore;
+use super::url::MySqlSpec;
+use crate::engines::engine::{Deployment, Engine};
+use crate::engines::queue::QueueEngine;
+use crate::engines::settings::EngineSettings;
+use crate::engines::spec::{only_redlock, EngineSpec, Optional};
+use crate::error::LockError;
+use std::sync::Arc;
+
+impl EngineSpec for MySqlSpec {
+    fn deployment(&self) -> Deployment {
+        Deployment::Mysql
+    }
+
+    fn describe(&self) -> String {
+        MySqlSpec::describe(self)
+    }
+
+    fn refuses(&self, setting: Optional) -> Option<String> {
+        match setting {
+            Optional::Schema => None,
+            Optional::Tls => Some(
+                "a MySQL database, which takes TLS the way sqlx's MySQL client does: `ssl-mode`, \
+                 `ssl-ca`, `ssl-cert` and `ssl-key` in the URL"
+                    .into(),
+            ),
+            Optional::MinReplicas => Some(
+                "a MySQL database, which acknowledges a grant once it is committed (with \
+                 semi-synchronous replication, once a replica has it too); set it to 0"
+                    .into(),
+            ),
+            Optional::MasterTimeout => Some(only_redlock(self)),
+        }
+    }
+
+    fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
+        check_schema(settings.schema)?;
+        let connection = connect(self.options.clone(), settings.timeouts, self.describe());
+        let store = MySqlStore::new(
+            connection,
+            settings.schema,
+            settings.create_schema,
+            settings.prefix,
+            settings.holder_label,
+        );
+        Ok(QueueEngine::open(store, settings))
+    }
+}

@@ -1,0 +1,331 @@
+//! [`MySqlStore`]: the queue engine's [`Store`] on MySQL and MariaDB — each lock's queue rows of
+//! a table, each request one `CALL` of a procedure of the lock database (`sql.rs`).
+//!
+//! MySQL tells no change to another connection (no `LISTEN`, no change stream a lock user may
+//! read), so a watch of deletions is refused as unavailable: the queue engine's waiters then
+//! back off with jitter, each sleep capped by the holder's time left and the backend's
+//! `max_backoff`, and a release in this process still wakes its waiters at once.
+
+use super::client::{is_deadlock, Connection};
+use super::sql::{render, schema_request, Arg, Statements, MAX_LOCK_NAME};
+use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
+use crate::engines::queue::order::{kind_of, tag, Entry};
+use crate::engines::queue::store::{Deletions, Presence, Read, Store};
+use crate::lock::key::lock_name;
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::{Check, Finding};
+use crate::operating::key_events::KeyEventSender;
+use sqlx::mysql::MySqlRow;
+use sqlx::{AssertSqlSafe, Row};
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+/// How many times a request that deadlocked with other transactions is sent again.
+const DEADLOCK_RETRIES: usize = 3;
+
+pub(crate) struct MySqlStore {
+    connection: Connection,
+    sql: Statements,
+    prefix: String,
+    label: String,
+    /// Whether the schema is created when missing; done (or found there) once.
+    create_schema: bool,
+    schema_ready: OnceCell<()>,
+}
+
+impl MySqlStore {
+    pub(crate) fn new(
+        connection: Connection,
+        schema: &str,
+        create_schema: bool,
+        prefix: &str,
+        label: &str,
+    ) -> MySqlStore {
+        MySqlStore {
+            connection,
+            sql: Statements::of(schema),
+            prefix: prefix.to_owned(),
+            label: label.to_owned(),
+            create_schema,
+            schema_ready: OnceCell::new(),
+        }
+    }
+
+    pub(crate) fn schema(&self) -> &str {
+        &self.sql.schema
+    }
+
+    /// The lock's full name, the `lock_key` of its rows; refused when the column cannot hold it.
+    fn lock(&self, key: &str) -> EngineResult<String> {
+        let lock = lock_name(&self.prefix, key);
+        match lock.len() <= MAX_LOCK_NAME {
+            true => Ok(lock),
+            false => Err(EngineFailure {
+                ambiguous: false,
+                source: format!(
+                    "the lock name `{}…` is {} bytes, over the {MAX_LOCK_NAME} bytes of the MySQL \
+                     lock table's column; shorten the key or the prefix",
+                    lock.chars().take(32).collect::<String>(),
+                    lock.len()
+                )
+                .into(),
+            }),
+        }
+    }
+
+    /// How long a request waits for a row a fenced transaction has locked, in whole seconds
+    /// (what `innodb_lock_wait_timeout` takes; at least 1).
+    fn lock_wait_s(&self) -> i64 {
+        self.connection.lock_wait().as_secs_f64().ceil().max(1.0) as i64
+    }
+
+    /// Runs `statement` with `args` written in (one text-protocol request), after making sure
+    /// of the schema; sent again, whole, after a deadlock (the database rolled it back).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the request may be applied anyway, as after a lost reply.
+    async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<MySqlRow>> {
+        self.ensure_schema().await?;
+        let sql = render(statement, args);
+        let pool = self.connection.pool();
+        let request = async {
+            let mut tries = 0;
+            loop {
+                match sqlx::raw_sql(AssertSqlSafe(sql.as_str()))
+                    .fetch_all(pool)
+                    .await
+                {
+                    Err(err) if is_deadlock(&err) && tries < DEADLOCK_RETRIES => tries += 1,
+                    reply => return reply,
+                }
+            }
+        };
+        self.connection.call(self.schema(), request).await
+    }
+
+    /// Creates the schema at first use, where that was asked for (once per backend).
+    async fn ensure_schema(&self) -> EngineResult<()> {
+        if !self.create_schema {
+            return Ok(());
+        }
+        let pool = self.connection.pool();
+        self.schema_ready
+            .get_or_try_init(|| async {
+                let sql = schema_request(self.schema());
+                self.connection
+                    .call(
+                        self.schema(),
+                        sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool),
+                    )
+                    .await
+                    .map(|_| ())
+            })
+            .await
+            .copied()
+    }
+
+    /// The entries of `rows` (owner, token, kind, label, ms left), oldest first.
+    fn entries(rows: &[MySqlRow]) -> EngineResult<Vec<Entry<Duration>>> {
+        rows.iter().map(entry).collect()
+    }
+
+    /// The first column of the first row, an integer: what a procedure answered.
+    fn answer(rows: &[MySqlRow], what: &str) -> EngineResult<i64> {
+        rows.first()
+            .ok_or_else(|| EngineFailure::ambiguous(format!("{what} answered no row")))?
+            .try_get(0)
+            .map_err(EngineFailure::ambiguous)
+    }
+
+    /// The doctor's readings: settings under which a committed grant may be lost.
+    async fn settings(&self) -> EngineResult<(i64, i64)> {
+        let rows = self
+            .rows(
+                "SELECT CAST(@@innodb_flush_log_at_trx_commit AS SIGNED), \
+                 CAST(@@read_only AS SIGNED)",
+                &[],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| EngineFailure::ambiguous("no settings read"))?;
+        let flush = row.try_get(0).map_err(EngineFailure::ambiguous)?;
+        let read_only = row.try_get(1).map_err(EngineFailure::ambiguous)?;
+        Ok((flush, read_only))
+    }
+}
+
+/// One entry of a queue row: owner, token, kind, label, milliseconds left.
+fn entry(row: &MySqlRow) -> EngineResult<Entry<Duration>> {
+    let text = |at: usize| -> EngineResult<String> {
+        let bytes: Vec<u8> = row.try_get(at).map_err(EngineFailure::ambiguous)?;
+        String::from_utf8(bytes).map_err(EngineFailure::ambiguous)
+    };
+    let ms_left: i64 = row.try_get(4).map_err(EngineFailure::ambiguous)?;
+    Ok(Entry {
+        owner: text(0)?,
+        token: row.try_get(1).map_err(EngineFailure::ambiguous)?,
+        kind: kind_of(&text(2)?),
+        label: text(3)?,
+        lease: Duration::from_millis(ms_left.max(0) as u64),
+    })
+}
+
+impl Store for MySqlStore {
+    type Lease = Duration;
+
+    async fn join(
+        &self,
+        key: &str,
+        owner: &Owner,
+        kind: LockKind,
+        ttl: Duration,
+    ) -> EngineResult<Read<Duration>> {
+        let lock = self.lock(key)?;
+        let kind_tag = tag(kind);
+        let args = [
+            Arg::Bytes(lock.as_bytes()),
+            Arg::Bytes(owner.as_str().as_bytes()),
+            Arg::Bytes(kind_tag.as_bytes()),
+            Arg::Bytes(self.label.as_bytes()),
+            Arg::Int(ttl.as_millis().max(1) as i64),
+            Arg::Int(self.lock_wait_s()),
+        ];
+        let rows = self.rows(&self.sql.join, &args).await?;
+        // No watch is ever in force, so no deletion is placed against the read.
+        Ok(Read {
+            entries: MySqlStore::entries(&rows)?,
+            at: 0,
+        })
+    }
+
+    async fn leave(&self, key: &str, owner: &Owner) -> EngineResult<Presence> {
+        let lock = self.lock(key)?;
+        let args = [
+            Arg::Bytes(lock.as_bytes()),
+            Arg::Bytes(owner.as_str().as_bytes()),
+            Arg::Int(self.lock_wait_s()),
+        ];
+        let rows = self.rows(&self.sql.leave, &args).await?;
+        Ok(Presence::from_code(MySqlStore::answer(&rows, "leave")?))
+    }
+
+    /// One request for the batch: a `CALL` per renewal, each its own transaction.
+    async fn renew(&self, batch: &[Renewal<'_>]) -> EngineResult<Vec<Option<Presence>>> {
+        let mut calls = String::new();
+        for renewal in batch {
+            let lock = self.lock(renewal.key)?;
+            let args = [
+                Arg::Bytes(lock.as_bytes()),
+                Arg::Bytes(renewal.owner.as_str().as_bytes()),
+                Arg::Int(renewal.ttl.as_millis().max(1) as i64),
+            ];
+            calls.push_str(&render(&self.sql.renew, &args));
+            calls.push_str(";\n");
+        }
+        let rows = self.rows(&calls, &[]).await?;
+        if rows.len() != batch.len() {
+            return Err(EngineFailure::ambiguous(format!(
+                "{} renewals answered {} rows",
+                batch.len(),
+                rows.len()
+            )));
+        }
+        rows.iter()
+            .map(|row| {
+                let found: i64 = row.try_get(0).map_err(EngineFailure::ambiguous)?;
+                Ok(Some(Presence::from_code(found)))
+            })
+            .collect()
+    }
+
+    async fn read(&self, key: &str) -> EngineResult<Vec<Entry<Duration>>> {
+        let lock = self.lock(key)?;
+        let rows = self
+            .rows(&self.sql.read, &[Arg::Bytes(lock.as_bytes())])
+            .await?;
+        MySqlStore::entries(&rows)
+    }
+
+    async fn remove(&self, key: &str, entry: &Entry<Duration>) -> EngineResult<bool> {
+        let lock = self.lock(key)?;
+        let args = [
+            Arg::Bytes(lock.as_bytes()),
+            Arg::Bytes(entry.owner.as_bytes()),
+            Arg::Int(entry.token as i64),
+            Arg::Int(self.lock_wait_s()),
+        ];
+        let rows = self.rows(&self.sql.remove, &args).await?;
+        Ok(MySqlStore::answer(&rows, "remove")? == 1)
+    }
+
+    /// The time left when the entry was read: counted on the database's clock.
+    async fn time_left(&self, entry: &Entry<Duration>) -> Option<Duration> {
+        Some(entry.lease)
+    }
+
+    /// Unavailable: MySQL tells no change to another connection; waiters back off.
+    async fn deletions(&self, _key: &str) -> EngineResult<Deletions> {
+        Err(EngineFailure::ambiguous(
+            "MySQL tells no change to another connection; waiters back off",
+        ))
+    }
+
+    async fn keys(&self) -> EngineResult<Vec<String>> {
+        let start = format!("{}:{{", self.prefix);
+        let rows = self
+            .rows(&self.sql.keys, &[Arg::Bytes(start.as_bytes())])
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let bytes: Vec<u8> = row.try_get(0).map_err(EngineFailure::ambiguous)?;
+                let key = String::from_utf8(bytes).map_err(EngineFailure::ambiguous)?;
+                Ok(key
+                    .strip_prefix(&start)
+                    .and_then(|rest| rest.strip_suffix('}'))
+                    .unwrap_or(&key)
+                    .to_owned())
+            })
+            .collect()
+    }
+
+    /// Refused: MySQL tells no change to another connection.
+    async fn follow(&self, _key: &str, _events: KeyEventSender) -> EngineResult<()> {
+        Err(EngineFailure {
+            ambiguous: false,
+            source: "MySQL tells no change to another connection, so a key's events cannot be \
+                     followed; `distlock show` reads who holds it"
+                .into(),
+        })
+    }
+
+    async fn doctor(&self) -> EngineResult<Vec<Finding>> {
+        let (flush, read_only) = self.settings().await?;
+        let mut findings = Vec::new();
+        if flush != 1 {
+            findings.push(Finding {
+                check: Check::Persistence,
+                advice: format!(
+                    "innodb_flush_log_at_trx_commit is {flush}: a crash of the database server \
+                     can lose grants it acknowledged, and a lock can be granted twice; set it to \
+                     1 for a lock that guards data"
+                )
+                .into(),
+            });
+        }
+        if read_only != 0 {
+            findings.push(Finding {
+                check: Check::Standby,
+                advice: "the server is read-only (a replica?): no lock can be taken on it; point \
+                         the backend at the primary"
+                    .into(),
+            });
+        }
+        Ok(findings)
+    }
+
+    fn sql_schema(&self) -> Option<&str> {
+        Some(self.schema())
+    }
+}
