@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite against real servers on a fresh machine.
 #
-# The tests start their own redis-server, redis-sentinel, valkey-server, etcd, PostgreSQL and
-# PgBouncer processes (own ports, own temp dirs) and stop them by PID; they never use a server
-# that happens to be running. scripts/deps.sh installs what is missing first (see there).
+# The tests start their own redis-server, redis-sentinel, valkey-server, etcd, PostgreSQL,
+# PgBouncer and MariaDB processes (own ports, own temp dirs) and stop them by PID; they never use
+# a server that happens to be running. scripts/deps.sh installs what is missing first (see there).
 #
 # With no arguments, every test target runs, in two lanes side by side once everything is
 # built: the slowest targets (the fairness matrices, the conformance suite, the failover
@@ -16,8 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 
-# The CLI's etcd and postgres features too (the runtime's are on for the test crate already).
-cargo_test=(cargo test --workspace --locked --features distlock-cli/etcd,distlock-cli/postgres)
+# The CLI's etcd, postgres and mysql features too (the runtime's are on for the test crate already).
+cargo_test=(cargo test --workspace --locked --features distlock-cli/etcd,distlock-cli/postgres,distlock-cli/mysql)
 if [ "$#" -gt 0 ]; then
   exec "${cargo_test[@]}" "$@"
 fi

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Etcd, Fixture, InProcess, Postgres, Redlock, SingleRedis, Valkey};
+use common::{Etcd, Fixture, InProcess, Mysql, Postgres, Redlock, SingleRedis, Valkey};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lease, Lock, LockError, Registry};
 use distlock_test_support::Xorshift;
@@ -83,6 +83,7 @@ annotated!(annotated_valkey, "cancel-valkey");
 annotated!(annotated_redlock, "cancel-redlock");
 annotated!(annotated_etcd, "cancel-etcd");
 annotated!(annotated_postgres, "cancel-postgres");
+annotated!(annotated_mysql, "cancel-mysql");
 
 type BoxedCall<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LockError>> + Send + 'a>>;
@@ -242,6 +243,15 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     tokio::time::sleep(SETTLE).await;
     let keys = used_keys.lock().unwrap().clone();
     let held = fx.held_keys(&keys).await;
+    // Each MySQL request is one procedure call that commits or rolls back before it answers:
+    // none cancelled mid-way leaves a transaction open on the server.
+    let open_transactions = fx
+        .mysql()
+        .map(|server| server.sql("SELECT COUNT(*) FROM information_schema.INNODB_TRX"));
+    assert!(
+        open_transactions.as_deref().is_none_or(|open| open == "0"),
+        "{open_transactions:?} transactions left open"
+    );
     let stats = backend.stats();
     let counts = counts.lock().unwrap();
     eprintln!(
@@ -335,6 +345,10 @@ fn attr_postgres<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_postgres(key, probe))
 }
 
+fn attr_mysql<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_mysql(key, probe))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_in_process() {
     cancelled_calls_leave_nothing_held::<InProcess>("cancel-in-process", attr_in_process).await;
@@ -369,6 +383,14 @@ async fn cancelled_calls_leave_no_lock_held_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_postgres() {
     cancelled_calls_leave_nothing_held::<Postgres>("cancel-postgres", attr_postgres).await;
+}
+
+/// On MySQL a cancelled waiter's row must go too, a join cancelled on its way runs to its end
+/// first, and no transaction is left open (each request is one procedure call that commits or
+/// rolls back before it answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_mysql() {
+    cancelled_calls_leave_nothing_held::<Mysql>("cancel-mysql", attr_mysql).await;
 }
 
 /// With no runtime left to run a background release, the lock expires by its TTL, and the stats

@@ -350,6 +350,14 @@ fn processes_share_a_key_fairly_on_postgres_through_pgbouncer_in_transaction_mod
     matrix("postgres via pgbouncer", bouncer.url(), 0, &full_matrix());
 }
 
+/// MySQL (MariaDB): the queue engine's FIFO with no notification to wake a waiter — each backs
+/// off, and keeps its place in the queue, so FIFO holds all the same.
+#[test]
+fn processes_share_a_key_fairly_on_mysql() {
+    let server = common::Mysql::server();
+    matrix("mysql", server.url(), 0, &full_matrix());
+}
+
 #[test]
 fn processes_share_a_key_fairly_on_redlock() {
     let masters = RedisServer::start_many(3);

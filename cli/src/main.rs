@@ -122,18 +122,19 @@ enum Command {
     /// Print the SQL that creates the lock tables in a database (schema `--schema`, else
     /// `distlock`), for the application's migrations; every statement may run again. Exit 0.
     Schema {
-        /// The database: postgres.
+        /// The database: postgres, or mysql (MySQL 8.0+ and MariaDB 10.6+, for their command-line
+        /// clients).
         store: Store,
     },
     /// Print the commands that give a lock user the rights locks need, and nothing more: the
     /// Redis ACL rules for the prefix (add `on >password` to enable the user), the etcd role
-    /// for the prefix and its grant, or PostgreSQL's GRANTs on the schema. Run them as an
-    /// administrator. Exit 0.
+    /// for the prefix and its grant, or PostgreSQL's or MySQL's GRANTs on the schema. Run them
+    /// as an administrator. Exit 0.
     Acl {
         /// redis (one server, Sentinel's primary and replicas, Redlock's masters),
-        /// redis-cluster (on every node), etcd, or postgres (the schema `--schema`).
+        /// redis-cluster (on every node), etcd, postgres or mysql (the schema `--schema`).
         store: AclStore,
-        /// The lock user.
+        /// The lock user (for mysql: `name`, any host, or `'name'@'host'`).
         #[arg(long, default_value = "distlock")]
         user: String,
     },
@@ -151,12 +152,14 @@ enum AclStore {
     RedisCluster,
     Etcd,
     Postgres,
+    Mysql,
 }
 
 /// The databases `distlock schema` prints the SQL of.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 enum Store {
     Postgres,
+    Mysql,
 }
 
 /// Exit code: the lock is held, the command did what it was asked, nothing to fix.
@@ -309,6 +312,18 @@ fn schema(store: Store, name: Option<&str>) -> Result<u8, Failure> {
             "this distlock was built without PostgreSQL; install it with `cargo install \
              distlock-cli --features postgres` to print the schema `{name}`"
         ))),
+        #[cfg(feature = "mysql")]
+        Store::Mysql => {
+            let sql =
+                distlock::mysql::schema(name).map_err(|err| Failure::Usage(err.to_string()))?;
+            print!("{sql}");
+            Ok(HELD)
+        }
+        #[cfg(not(feature = "mysql"))]
+        Store::Mysql => Err(Failure::Usage(format!(
+            "this distlock was built without MySQL; install it with `cargo install \
+             distlock-cli --features mysql` to print the schema `{name}`"
+        ))),
     }
 }
 
@@ -343,6 +358,22 @@ fn acl(store: AclStore, prefix: &str, schema: Option<&str>, user: &str) -> Resul
             return Err(Failure::Usage(
                 "this distlock was built without PostgreSQL; install it with `cargo install \
                  distlock-cli --features postgres` to print the GRANTs"
+                    .to_owned(),
+            ));
+        }
+        #[cfg(feature = "mysql")]
+        AclStore::Mysql => {
+            let schema = schema.unwrap_or("distlock");
+            let sql = distlock::mysql::grants(schema, user)
+                .map_err(|err| Failure::Usage(err.to_string()))?;
+            print!("{sql}");
+        }
+        #[cfg(not(feature = "mysql"))]
+        AclStore::Mysql => {
+            let _ = schema;
+            return Err(Failure::Usage(
+                "this distlock was built without MySQL; install it with `cargo install \
+                 distlock-cli --features mysql` to print the GRANTs"
                     .to_owned(),
             ));
         }

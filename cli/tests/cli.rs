@@ -493,6 +493,45 @@ async fn postgres_answers_too_on_the_schema_it_prints() {
     );
 }
 
+/// On MySQL (a MariaDB server of the harness's own): the schema the CLI prints, fed to the
+/// `mariadb` client as a migration would, serves the same commands; a name that is no plain
+/// identifier is a usage error.
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_answers_too_on_the_schema_it_prints() {
+    let server = distlock_test_support::MariaDbServer::start();
+    let printed = distlock("", &["schema", "mysql"]);
+    assert_eq!(printed.status.code(), Some(0), "{printed:?}");
+    assert!(stdout(&printed).contains("CREATE TABLE IF NOT EXISTS distlock.entries"));
+    server.sql(&stdout(&printed));
+    answers("mysql", &server.url()).await;
+    let missing = distlock(&server.url(), &["--schema", "ops_locks", "inspect", "a:1"]);
+    assert_eq!(missing.status.code(), Some(3), "{missing:?}");
+    assert!(
+        stderr(&missing).contains("distlock schema mysql --schema ops_locks"),
+        "{}",
+        stderr(&missing)
+    );
+    let bad = distlock("", &["schema", "mysql", "--schema", "Ops-Locks"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
+
+/// `distlock acl mysql` prints the library's GRANTs for `--schema` and `--user`.
+#[test]
+fn acl_prints_the_grants_of_a_mysql_lock_user() {
+    let printed = distlock(
+        "",
+        &["--schema", "ops_locks", "acl", "mysql", "--user", "locker"],
+    );
+    #[cfg(feature = "mysql")]
+    assert_eq!(
+        stdout(&printed),
+        distlock::mysql::grants("ops_locks", "locker").unwrap()
+    );
+    #[cfg(not(feature = "mysql"))]
+    assert_eq!(printed.status.code(), Some(2), "{printed:?}");
+}
+
 /// `distlock acl <store>` prints the library's rules for the prefix and user (tests/acl.rs and
 /// tests/tls.rs apply them to real servers).
 #[test]

@@ -15,6 +15,7 @@ pub mod worker;
 pub use etcd::{Etcd, EtcdTls};
 #[allow(unused_imports)]
 pub use mysql::Mysql;
+#[allow(unused_imports)]
 pub use postgres::Postgres;
 
 use cell::{read_cell, Cell};

@@ -115,11 +115,12 @@ pub(crate) fn schema_sql(schema: &str) -> String {
 }
 
 /// The schema as one multi-statement request, as distlock sends it to create a missing
-/// schema (`DELIMITER` is the command-line client's, not the server's).
+/// schema: without the comments, and without `DELIMITER`, which is the command-line client's,
+/// not the server's.
 pub(crate) fn schema_request(schema: &str) -> String {
     schema_sql(schema)
         .lines()
-        .filter(|line| !line.starts_with("DELIMITER"))
+        .filter(|line| !line.starts_with("DELIMITER") && !line.starts_with("--"))
         .map(|line| line.replace(" $$", ";"))
         .collect::<Vec<_>>()
         .join("\n")
