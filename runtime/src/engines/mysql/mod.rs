@@ -6,8 +6,8 @@
 //! answers operators; this directory is what only MySQL does. Each request is one `CALL` of a
 //! procedure of the lock database (`schema.sql`, which `distlock schema mysql` prints), on a few
 //! connections of distlock's own (`client.rs`), with its values written in as hex literals
-//! (`sql.rs`). MySQL tells no change to another connection, so waiters back off (with jitter,
-//! never longer than the holder's lease) rather than being woken: see docs/design.md, "MySQL".
+//! (`sql.rs`). MySQL tells no change to another connection: a waiter is woken instead by a named
+//! lock each entry holds while it lives (`presence.rs`, `wakes.rs`); see docs/design.md, "MySQL".
 //! `fence.rs` makes an application's own transaction commit only while its lock is held.
 
 #[cfg(feature = "mysql")]
@@ -17,6 +17,8 @@ mod constructors;
 #[cfg(feature = "mysql")]
 pub(crate) mod fence;
 #[cfg(feature = "mysql")]
+mod presence;
+#[cfg(feature = "mysql")]
 mod spec;
 #[cfg(feature = "mysql")]
 pub(crate) mod sql;
@@ -24,6 +26,8 @@ pub(crate) mod sql;
 mod store;
 #[cfg(feature = "mysql")]
 mod url;
+#[cfg(feature = "mysql")]
+mod wakes;
 
 use crate::engines::spec::{Parser, Registration};
 

@@ -12,6 +12,10 @@ use crate::engines::spec::{only_redlock, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
 
+/// Presences one process watches at once, each a connection blocked in the server: waiters
+/// beyond that wait their turn for a connection, and meanwhile on their timers.
+const WATCHES: u32 = 64;
+
 impl EngineSpec for MySqlSpec {
     fn deployment(&self) -> Deployment {
         Deployment::Mysql
@@ -41,8 +45,11 @@ impl EngineSpec for MySqlSpec {
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
         check_schema(settings.schema)?;
         let connection = connect(self.options.clone(), settings.timeouts, self.describe());
+        let watches =
+            connect(self.options.clone(), settings.timeouts, self.describe()).with_size(WATCHES);
         let store = MySqlStore::new(
             connection,
+            watches,
             settings.schema,
             settings.create_schema,
             settings.prefix,

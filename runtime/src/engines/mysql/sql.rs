@@ -107,6 +107,13 @@ fn write_bytes(out: &mut String, bytes: &[u8]) {
     out.push('\'');
 }
 
+/// `bytes` as a hex literal, `X'…'`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 3);
+    write_bytes(&mut out, bytes);
+    out
+}
+
 /// The schema of `schema`, for the `mysql` and `mariadb` clients (its procedures between
 /// `DELIMITER` lines): what `distlock schema mysql` prints, `schema.sql` with the database's
 /// name written in.

@@ -1,13 +1,14 @@
 //! [`MySqlStore`]: the queue engine's [`Store`] on MySQL and MariaDB — each lock's queue rows of
 //! a table, each request one `CALL` of a procedure of the lock database (`sql.rs`).
 //!
-//! MySQL tells no change to another connection (no `LISTEN`, no change stream a lock user may
-//! read), so a watch of deletions is refused as unavailable: the queue engine's waiters then
-//! back off with jitter, each sleep capped by the holder's time left and the backend's
-//! `max_backoff`, and a release in this process still wakes its waiters at once.
+//! Joins and leaves run on the connection that holds their entries' presences (`presence.rs`);
+//! a waiter is woken by the presence of the entry it waits for ending (`wakes.rs`), since MySQL
+//! tells no change to another connection.
 
 use super::client::{is_deadlock, Connection};
-use super::sql::{render, schema_request, Arg, Statements, MAX_LOCK_NAME};
+use super::presence::{self, Shards};
+use super::sql::{hex, render, schema_request, Arg, Statements, MAX_LOCK_NAME};
+use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::{kind_of, tag, Entry};
 use crate::engines::queue::store::{Deletions, Presence, Read, Store};
@@ -26,6 +27,9 @@ const DEADLOCK_RETRIES: usize = 3;
 
 pub(crate) struct MySqlStore {
     connection: Connection,
+    /// The connections of joins and leaves, which hold the entries' presences.
+    shards: Shards,
+    wakes: Wakes,
     sql: Statements,
     prefix: String,
     label: String,
@@ -35,14 +39,18 @@ pub(crate) struct MySqlStore {
 }
 
 impl MySqlStore {
+    /// The store on `connection` (its requests), `watches` (the connections waiters block on).
     pub(crate) fn new(
         connection: Connection,
+        watches: Connection,
         schema: &str,
         create_schema: bool,
         prefix: &str,
         label: &str,
     ) -> MySqlStore {
         MySqlStore {
+            shards: Shards::new(connection.options().clone()),
+            wakes: Wakes::new(watches),
             connection,
             sql: Statements::of(schema),
             prefix: prefix.to_owned(),
@@ -80,28 +88,37 @@ impl MySqlStore {
         self.connection.lock_wait().as_secs_f64().ceil().max(1.0) as i64
     }
 
-    /// Runs `statement` with `args` written in (one text-protocol request), after making sure
-    /// of the schema; sent again, whole, after a deadlock (the database rolled it back).
+    /// Runs `sql` (one text-protocol request) on a connection of the pool, or of `key`'s shard
+    /// (`Some`), after making sure of the schema; sent again, whole, after a deadlock (the
+    /// database rolled it back).
     ///
     /// # Cancel safety
     /// Not cancel safe: the request may be applied anyway, as after a lost reply.
-    async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<MySqlRow>> {
+    async fn run(&self, shard: Option<&str>, sql: &str) -> EngineResult<Vec<MySqlRow>> {
         self.ensure_schema().await?;
-        let sql = render(statement, args);
         let pool = self.connection.pool();
         let request = async {
             let mut tries = 0;
             loop {
-                match sqlx::raw_sql(AssertSqlSafe(sql.as_str()))
-                    .fetch_all(pool)
-                    .await
-                {
+                let reply = match shard {
+                    Some(key) => self.shards.run(key, sql).await,
+                    None => sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(pool).await,
+                };
+                match reply {
                     Err(err) if is_deadlock(&err) && tries < DEADLOCK_RETRIES => tries += 1,
                     reply => return reply,
                 }
             }
         };
         self.connection.call(self.schema(), request).await
+    }
+
+    /// Runs `statement` with `args` written in on a connection of the pool.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the request may be applied anyway, as after a lost reply.
+    async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<MySqlRow>> {
+        self.run(None, &render(statement, args)).await
     }
 
     /// Creates the schema at first use, where that was asked for (once per backend).
@@ -192,11 +209,18 @@ impl Store for MySqlStore {
             Arg::Int(ttl.as_millis().max(1) as i64),
             Arg::Int(self.lock_wait_s()),
         ];
-        let rows = self.rows(&self.sql.join, &args).await?;
-        // No watch is ever in force, so no deletion is placed against the read.
+        // The presence first, in the same request: a waiter that reads the entry finds it.
+        let name = presence::name(&hex(lock.as_bytes()), &hex(owner.as_str().as_bytes()));
+        let sql = format!(
+            "{};\n{}",
+            presence::take(&name),
+            render(&self.sql.join, &args)
+        );
+        let at = self.wakes.now();
+        let rows = self.run(Some(&lock), &sql).await?;
         Ok(Read {
             entries: MySqlStore::entries(&rows)?,
-            at: 0,
+            at,
         })
     }
 
@@ -207,7 +231,14 @@ impl Store for MySqlStore {
             Arg::Bytes(owner.as_str().as_bytes()),
             Arg::Int(self.lock_wait_s()),
         ];
-        let rows = self.rows(&self.sql.leave, &args).await?;
+        // The presence last, in the same request: a waiter woken finds the entry gone.
+        let name = presence::name(&hex(lock.as_bytes()), &hex(owner.as_str().as_bytes()));
+        let sql = format!(
+            "{};\n{}",
+            render(&self.sql.leave, &args),
+            presence::give_back(&name)
+        );
+        let rows = self.run(Some(&lock), &sql).await?;
         Ok(Presence::from_code(MySqlStore::answer(&rows, "leave")?))
     }
 
@@ -224,7 +255,7 @@ impl Store for MySqlStore {
             calls.push_str(&render(&self.sql.renew, &args));
             calls.push_str(";\n");
         }
-        let rows = self.rows(&calls, &[]).await?;
+        let rows = self.run(None, &calls).await?;
         if rows.len() != batch.len() {
             return Err(EngineFailure::ambiguous(format!(
                 "{} renewals answered {} rows",
@@ -256,7 +287,14 @@ impl Store for MySqlStore {
             Arg::Int(entry.token as i64),
             Arg::Int(self.lock_wait_s()),
         ];
-        let rows = self.rows(&self.sql.remove, &args).await?;
+        // An entry of this process gives its presence back (another's is not this session's).
+        let name = presence::name(&hex(lock.as_bytes()), &hex(entry.owner.as_bytes()));
+        let sql = format!(
+            "{};\n{}",
+            render(&self.sql.remove, &args),
+            presence::give_back(&name)
+        );
+        let rows = self.run(Some(&lock), &sql).await?;
         Ok(MySqlStore::answer(&rows, "remove")? == 1)
     }
 
@@ -265,11 +303,29 @@ impl Store for MySqlStore {
         Some(entry.lease)
     }
 
-    /// Unavailable: MySQL tells no change to another connection; waiters back off.
-    async fn deletions(&self, _key: &str) -> EngineResult<Deletions> {
-        Err(EngineFailure::ambiguous(
-            "MySQL tells no change to another connection; waiters back off",
-        ))
+    /// In force at once: a presence is watched by its state, which no deletion before the watch
+    /// can hide.
+    async fn deletions(&self, key: &str) -> EngineResult<Deletions> {
+        Ok(self.wakes.follow(&self.lock(key)?))
+    }
+
+    /// Watches the presences of the entries whose going may let the caller hold: a writer's
+    /// predecessor, a reader's nearest writer ahead, a permit's holders.
+    fn waiting_behind(&self, key: &str, ahead: &[Entry<Duration>], kind: LockKind) {
+        let Ok(lock) = self.lock(key) else { return };
+        let blockers: Vec<&Entry<Duration>> = match kind {
+            LockKind::Exclusive => ahead.last().into_iter().collect(),
+            LockKind::Read => ahead
+                .iter()
+                .rev()
+                .find(|entry| entry.kind != Some(LockKind::Read))
+                .or(ahead.last())
+                .into_iter()
+                .collect(),
+            LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
+        };
+        let owners: Vec<&str> = blockers.iter().map(|entry| entry.owner.as_str()).collect();
+        self.wakes.watch(&lock, &hex(lock.as_bytes()), &owners);
     }
 
     async fn keys(&self) -> EngineResult<Vec<String>> {
@@ -323,6 +379,10 @@ impl Store for MySqlStore {
             });
         }
         Ok(findings)
+    }
+
+    fn close(&self) {
+        self.shards.close();
     }
 
     fn sql_schema(&self) -> Option<&str> {

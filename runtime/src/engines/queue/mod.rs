@@ -120,6 +120,7 @@ impl<S: Store> QueueEngine<S> {
         }
         // A writer waits for the entry just ahead of it; readers and permits for any.
         let predecessor = (kind == LockKind::Exclusive).then(|| entries[place - 1].owner.clone());
+        self.store.waiting_behind(key, &entries[..place], kind);
         self.watches.wait_behind(key, predecessor, read.at);
         Ok(Acquired::queued(holder_ttl, ttl, false))
     }

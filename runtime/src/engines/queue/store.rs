@@ -96,6 +96,12 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The store's settings and state that weaken locks.
     fn doctor(&self) -> impl Future<Output = EngineResult<Vec<Finding>>> + Send;
 
+    /// The caller's entry in `key`'s queue waits, as `kind`, behind `ahead` (the entries
+    /// before it, oldest first): a store that wakes waiters by watching particular entries
+    /// (MySQL) watches those whose going may let it hold. Nothing by default: the others tell
+    /// every deletion.
+    fn waiting_behind(&self, _key: &str, _ahead: &[Entry<Self::Lease>], _kind: LockKind) {}
+
     /// Ends the store's notification links (the backend shut down).
     fn close(&self) {}
 

@@ -12,6 +12,7 @@ use sqlx::pool::{Pool, PoolOptions};
 use sqlx::Database;
 use std::future::Future;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Connections of the store's pool: enough for the watchdog, a few acquires and releases at
 /// once, and a listening connection.
@@ -26,6 +27,8 @@ pub(crate) struct Connection<DB: Database> {
     /// any runtime too (sqlx's pool starts its tasks when it is made).
     pool: OnceLock<Pool<DB>>,
     timeouts: Timeouts,
+    /// The most connections open at once.
+    size: u32,
     /// `postgres://user@host:port/database` and the like, for messages.
     describe: String,
     /// The database's name, for messages: `PostgreSQL`, `MySQL`.
@@ -46,6 +49,7 @@ impl<DB: Database> Connection<DB> {
         Connection {
             options,
             pool: OnceLock::new(),
+            size: POOL_SIZE,
             timeouts,
             describe,
             database,
@@ -53,12 +57,18 @@ impl<DB: Database> Connection<DB> {
         }
     }
 
+    /// The same with at most `size` connections open at once.
+    pub(crate) fn with_size(mut self, size: u32) -> Connection<DB> {
+        self.size = size;
+        self
+    }
+
     /// The pool; made (no connection opened yet) at the first call, which must be on a
     /// runtime.
     pub(crate) fn pool(&self) -> &Pool<DB> {
         self.pool.get_or_init(|| {
             PoolOptions::<DB>::new()
-                .max_connections(POOL_SIZE)
+                .max_connections(self.size)
                 .min_connections(0)
                 .acquire_timeout(self.timeouts.connect)
                 .connect_lazy_with(self.options.clone())
@@ -68,8 +78,13 @@ impl<DB: Database> Connection<DB> {
     /// How long a request waits for a row another transaction has locked (a fenced
     /// transaction's lease row): the response timeout, so that the database gives up first and
     /// says why, and no connection of the pool is held waiting longer.
-    pub(crate) fn lock_wait(&self) -> std::time::Duration {
+    pub(crate) fn lock_wait(&self) -> Duration {
         self.timeouts.response
+    }
+
+    /// The connect options its connections are opened with.
+    pub(crate) fn options(&self) -> &<DB::Connection as sqlx::Connection>::Options {
+        &self.options
     }
 
     pub(crate) fn describe(&self) -> &str {
@@ -87,7 +102,24 @@ impl<DB: Database> Connection<DB> {
     where
         F: Future<Output = Result<T, sqlx::Error>>,
     {
-        let budget = self.timeouts.connect + self.timeouts.response;
+        self.call_blocking(Duration::ZERO, schema, request).await
+    }
+
+    /// [`call`](Self::call) for a request that blocks in the server for up to `blocks` by
+    /// design (MySQL's `GET_LOCK`): bounded by that too.
+    ///
+    /// # Cancel safety
+    /// As [`call`](Self::call).
+    pub(crate) async fn call_blocking<T, F>(
+        &self,
+        blocks: Duration,
+        schema: &str,
+        request: F,
+    ) -> EngineResult<T>
+    where
+        F: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let budget = self.timeouts.connect + self.timeouts.response + blocks;
         match tokio::time::timeout(budget, request).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(err)) => Err((self.failure)(err, schema)),
