@@ -97,6 +97,14 @@ impl MariaDbServer {
         server
     }
 
+    /// The server's own temp dir: servers starting side by side must not share `/tmp`, where
+    /// `mariadb-install-db` keeps temporary tables another server's start could remove.
+    fn tmp(&self) -> PathBuf {
+        let tmp = self.dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap_or_else(|e| panic!("cannot make {tmp:?}: {e}"));
+        tmp
+    }
+
     /// Makes the data dir: system tables, `root@localhost` and `root@127.0.0.1` without a
     /// password, no `test` database yet.
     fn install(&self) {
@@ -105,6 +113,7 @@ impl MariaDbServer {
             .arg("--no-defaults")
             .arg(option("--datadir=", &self.data()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(option("--tmpdir=", &self.tmp()))
             .args(user_option());
         if std::env::var_os(MARIADB_BINDIR_ENV).is_some() {
             // The script bootstraps with the mariadbd it finds beside itself or in /usr/sbin;
@@ -138,6 +147,8 @@ impl MariaDbServer {
             .arg(option("--pid-file=", &self.dir.join("mysqld.pid")))
             .args(["--skip-name-resolve", "--innodb-flush-log-at-trx-commit=2"])
             .args(["--innodb-buffer-pool-size=64M", "--max-connections=500"])
+            .arg("--innodb-log-file-size=16M")
+            .arg(option("--tmpdir=", &self.tmp()))
             .args(user_option())
             .args(&self.args);
         // Without --log-error the server logs to stderr, which the Child collects.

@@ -1,7 +1,7 @@
 //! The fenced write inside the application's own transaction: [`fence`] and [`fence_guard`]
 //! make the transaction they run in commit only while its locks are still held by this holder.
 //!
-//! Each lock's lease row is read in the transaction, by its key, owner and token, still
+//! Each lock's lease row is read in the transaction, by its key and token, still
 //! unexpired on the database's clock (`UTC_TIMESTAMP(6)`), and locked `LOCK IN SHARE MODE`
 //! until the transaction ends. The row cannot be deleted meanwhile, and a lock changes hands
 //! only by deleting the holder's row (a join deletes an expired row first, and waits for a
@@ -15,6 +15,7 @@
 //! the holder's own renewals wait for it (each up to a second, then counted as failed and
 //! asked again). Keep a fenced transaction well under the lease.
 
+use super::sql::hex;
 use crate::engines::engine::Deployment;
 use crate::engines::sql::fenced::{call_leases, Fenced};
 use crate::error::{BackendError, LockError, Operation};
@@ -71,21 +72,24 @@ async fn fence_leases(
     if fenced.names.is_empty() {
         return Ok(());
     }
-    let tuples = vec!["(?, ?, ?)"; fenced.names.len()].join(", ");
+    // Each entry by its key and token (the table's primary key, which AUTO_INCREMENT never
+    // hands out twice), written in as literals: no owner, a secret, reaches the statement, which
+    // the application's connection may log. Text, not a prepared statement: sqlx's MySQL
+    // connection stays usable when a text statement is dropped midway, and the application can
+    // roll back.
+    let entries: Vec<String> = fenced
+        .names
+        .iter()
+        .zip(&fenced.tokens)
+        .map(|(name, token)| format!("({}, {token})", hex(name.as_bytes())))
+        .collect();
     let statement = format!(
-        "SELECT lock_key FROM {}.entries WHERE (lock_key, owner, token) IN ({tuples}) \
+        "SELECT lock_key FROM {}.entries WHERE (lock_key, token) IN ({}) \
          AND expires_at > UTC_TIMESTAMP(6) LOCK IN SHARE MODE",
-        fenced.schema
+        fenced.schema,
+        entries.join(", ")
     );
-    // Bound, not written in: the owners are secrets, and the statement may be logged by the
-    // application's connection. Not kept prepared.
-    let mut query = sqlx::query(AssertSqlSafe(statement)).persistent(false);
-    for at in 0..fenced.names.len() {
-        query = query
-            .bind(fenced.names[at].as_bytes())
-            .bind(fenced.owners[at].as_bytes())
-            .bind(fenced.tokens[at] as u64);
-    }
+    let query = sqlx::raw_sql(AssertSqlSafe(statement));
     let rows = query.fetch_all(&mut *connection).await.map_err(|err| {
         LockError::Backend(BackendError::new(
             backend.name(),

@@ -1,7 +1,9 @@
 -- distlock's lock tables in the database `{schema}`, for MySQL 8.0+ and MariaDB 10.6+. Run once
 -- (in a migration, with the mysql or mariadb client: the procedures are between DELIMITER
 -- lines); every statement may run again. A lock user that does not own them needs the GRANTs
--- that `distlock acl mysql --schema {schema} --user <user>` prints, and nothing more.
+-- that `distlock acl mysql --schema {schema} --user <user>` prints, and nothing more: the
+-- procedures run with the rights of the user that calls them (SQL SECURITY INVOKER), so a
+-- read-only server refuses them as it refuses that user.
 CREATE DATABASE IF NOT EXISTS {schema};
 
 -- One row per lock that has a queue: a join locks it, so the joins of one key run in turn.
@@ -32,6 +34,7 @@ DROP PROCEDURE IF EXISTS {schema}.queue_join $$
 CREATE PROCEDURE {schema}.queue_join(p_key VARBINARY(2048), p_owner VARBINARY(64),
                                      p_kind VARBINARY(16), p_label VARBINARY(512),
                                      p_ttl_ms BIGINT, p_wait_s INT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     CALL {schema}.queue_begin(p_wait_s);
@@ -54,6 +57,7 @@ END $$
 DROP PROCEDURE IF EXISTS {schema}.queue_leave $$
 CREATE PROCEDURE {schema}.queue_leave(p_key VARBINARY(2048), p_owner VARBINARY(64),
                                       p_wait_s INT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE live INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -76,6 +80,7 @@ END $$
 DROP PROCEDURE IF EXISTS {schema}.queue_renew $$
 CREATE PROCEDURE {schema}.queue_renew(p_key VARBINARY(2048), p_owner VARBINARY(64),
                                       p_ttl_ms BIGINT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE renewed INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -96,6 +101,7 @@ END $$
 DROP PROCEDURE IF EXISTS {schema}.queue_remove $$
 CREATE PROCEDURE {schema}.queue_remove(p_key VARBINARY(2048), p_owner VARBINARY(64),
                                        p_token BIGINT UNSIGNED, p_wait_s INT)
+SQL SECURITY INVOKER
 BEGIN
     DECLARE removed INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -113,6 +119,7 @@ END $$
 -- time).
 DROP PROCEDURE IF EXISTS {schema}.queue_begin $$
 CREATE PROCEDURE {schema}.queue_begin(p_wait_s INT)
+SQL SECURITY INVOKER
 BEGIN
     SET SESSION innodb_lock_wait_timeout = p_wait_s;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -123,6 +130,7 @@ END $$
 -- join waiting on an entry this transaction deleted would wait for it in turn).
 DROP PROCEDURE IF EXISTS {schema}.queue_tidy $$
 CREATE PROCEDURE {schema}.queue_tidy(p_key VARBINARY(2048))
+SQL SECURITY INVOKER
 BEGIN
     DECLARE free_key VARBINARY(2048) DEFAULT NULL;
     IF NOT EXISTS (SELECT 1 FROM {schema}.entries e WHERE e.lock_key = p_key) THEN

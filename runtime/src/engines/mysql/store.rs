@@ -366,8 +366,7 @@ impl Store for MySqlStore {
                     "innodb_flush_log_at_trx_commit is {flush}: a crash of the database server \
                      can lose grants it acknowledged, and a lock can be granted twice; set it to \
                      1 for a lock that guards data"
-                )
-                .into(),
+                ),
             });
         }
         if read_only != 0 {

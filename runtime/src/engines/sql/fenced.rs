@@ -14,6 +14,8 @@ pub(crate) struct Fenced<'a> {
     pub(crate) schema: &'a str,
     pub(crate) leases: &'a [Arc<HeldLease>],
     pub(crate) names: Vec<String>,
+    /// Only PostgreSQL's fence names the owners (MySQL's finds an entry by its token).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) owners: Vec<String>,
     pub(crate) tokens: Vec<i64>,
 }
