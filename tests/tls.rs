@@ -8,7 +8,7 @@ use common::{certain_backend_failure, spawn_waiter, PREFIX};
 use distlock::__private::raw;
 use distlock::{Backend, BackendBuilder, Lock, Registry, Released};
 use distlock_test_support::{
-    free_port, EtcdCluster, PgServer, RedisServer, ServerCert, ServerConfig, TestPki,
+    free_port, EtcdCluster, MariaDbServer, PgServer, RedisServer, ServerCert, ServerConfig, TestPki,
 };
 use std::time::{Duration, Instant};
 
@@ -448,4 +448,64 @@ async fn a_postgres_role_with_the_printed_grants_locks_and_one_without_is_told()
         "{err}"
     );
     eprintln!("postgres grants: a role without them: {err}");
+}
+
+/// `mysql://<user>@127.0.0.1:<port>/test?<query>` on `server`.
+fn mysql_url(server: &MariaDbServer, user: &str, query: &str) -> String {
+    format!("mysql://{user}@127.0.0.1:{}/test?{query}", server.port())
+}
+
+/// MySQL over TLS (a MariaDB server with `require_secure_transport`), set as sqlx's MySQL
+/// client sets it (`ssl-mode` and `ssl-ca` in the URL): locks work, and each way of getting TLS
+/// wrong fails at `ping()` at once, with an error that says which it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_over_tls_names_every_way_of_getting_tls_wrong() {
+    let pki = TestPki::generate();
+    let tls = MariaDbServer::start_tls(&pki, ServerCert::Valid);
+    let expired = MariaDbServer::start_tls(&pki, ServerCert::Expired);
+    let misnamed = MariaDbServer::start_tls(&pki, ServerCert::Misnamed);
+    let plain = MariaDbServer::start_with(&["--skip-ssl"]);
+    let verify =
+        |ca: std::path::PathBuf| format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.display());
+    let good = Backend::builder(mysql_url(&tls, "root", &verify(pki.ca())))
+        .prefix(PREFIX)
+        .create_schema(true)
+        .build()
+        .unwrap();
+    good.ping().await.expect("TLS with the CA");
+    let token = Lock::new("mysql-tls")
+        .on(&good)
+        .run(async { distlock::fencing_token() })
+        .await
+        .unwrap();
+    assert!(token.is_some());
+    let cases = [
+        (
+            "a CA that did not sign the server's certificate",
+            mysql_url(&tls, "root", &verify(pki.other_ca())),
+            "is not signed by a CA the client trusts; set `ssl-ca`",
+        ),
+        (
+            "an expired server certificate",
+            mysql_url(&expired, "root", &verify(pki.ca())),
+            "has expired",
+        ),
+        (
+            "a server certificate for another host",
+            mysql_url(&misnamed, "root", &verify(pki.ca())),
+            "does not name the host in the URL",
+        ),
+        (
+            "a plain server behind ssl-mode=REQUIRED",
+            mysql_url(&plain, "root", "ssl-mode=REQUIRED"),
+            "a server without TLS takes `ssl-mode=DISABLED`",
+        ),
+        (
+            "a TLS-only server behind ssl-mode=DISABLED",
+            mysql_url(&tls, "root", "ssl-mode=DISABLED"),
+            "takes only TLS connections",
+        ),
+    ];
+    let cases = cases.map(|(case, url, named)| (case, Backend::builder(url).prefix(PREFIX), named));
+    each_named("mysql", cases, Duration::from_secs(5)).await;
 }

@@ -397,3 +397,67 @@ async fn a_transaction_mode_pooler_is_warned_of_once_and_its_waiters_poll() {
     }
     assert!(text.contains("WARN"), "{text}");
 }
+
+/// On MySQL, where every request carries its owner written in (as a hex literal): a user with a
+/// password takes, waits for and hands over a lock, and neither the password nor an owner token
+/// (as text or as hex) reaches a log line or a `Debug` string.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_statements_and_passwords_reach_no_log_line() {
+    const PASSWORD: &str = "my-s3cret-7d6c";
+    let captured = capture();
+    let server = common::Mysql::server();
+    server.sql(&format!(
+        "CREATE USER 'locker'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}'; {}",
+        distlock::mysql::grants("distlock", "'locker'@'127.0.0.1'").unwrap()
+    ));
+    let url = format!(
+        "mysql://locker:{PASSWORD}@127.0.0.1:{}/distlock",
+        server.port()
+    );
+    let builder = Backend::builder(&url).prefix(PREFIX);
+    let (holder, waiter) = (builder.clone().build().unwrap(), builder.build().unwrap());
+    let mut shown = vec![format!("{holder:?}")];
+    let mut owners = Vec::new();
+    for round in 0..3 {
+        let key = format!("logged-{round}");
+        let guard = Lock::new(key.clone()).on(&holder).acquire().await.unwrap();
+        shown.push(format!("{guard:?}"));
+        let waiting = tokio::spawn({
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move {
+                Lock::new(key)
+                    .on(&waiter)
+                    .wait(Duration::from_secs(10))
+                    .run(async {})
+                    .await
+            }
+        });
+        let lock = format!("{PREFIX}:{{{key}}}");
+        let count = format!("SELECT COUNT(*) FROM distlock.entries WHERE lock_key = '{lock}'");
+        let queued = common::mysql::until_on_mysql(&server, Duration::from_secs(5), async || {
+            server.sql(&count) == "2"
+        })
+        .await;
+        assert!(queued, "the waiter never joined the queue");
+        let rows = server.sql(&format!(
+            "SELECT CAST(owner AS CHAR) FROM distlock.entries WHERE lock_key = '{lock}'"
+        ));
+        owners.extend(rows.lines().map(str::to_owned));
+        guard.release().await.unwrap();
+        waiting.await.unwrap().unwrap();
+    }
+    let text = String::from_utf8_lossy(&captured.text.lock().unwrap()).into_owned();
+    let shown = shown.join("\n");
+    assert_eq!(owners.len(), 6);
+    for secret in owners
+        .iter()
+        .flat_map(|owner| {
+            let hex: String = owner.bytes().map(|byte| format!("{byte:02x}")).collect();
+            [owner.clone(), hex]
+        })
+        .chain([PASSWORD.to_owned()])
+    {
+        assert!(!text.contains(&secret), "{secret} was logged: {text}");
+        assert!(!shown.contains(&secret), "{secret} was shown: {shown}");
+    }
+}

@@ -45,6 +45,8 @@ mod number {
     pub(super) const PROC_ACCESS_DENIED: u16 = 1370;
     pub(super) const READ_ONLY: u16 = 1290;
     pub(super) const DATA_TOO_LONG: u16 = 1406;
+    pub(super) const ACCESS_DENIED: u16 = 1045;
+    pub(super) const SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 }
 
 /// Whether a request that failed with `err` was refused only for a deadlock with another
@@ -71,11 +73,11 @@ pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
     let db_number = match &err {
         sqlx::Error::Database(db) => db
             .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .map(|db| (db.number(), db.message().to_owned())),
+            .map(|db| db.number()),
         _ => None,
     };
-    if let Some((number, message)) = db_number {
-        return refused(advised(&err, number, &message, schema));
+    if let Some(number) = db_number {
+        return refused(advised(&err, number, schema));
     }
     match &err {
         sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
@@ -87,7 +89,7 @@ pub(crate) fn failure(err: sqlx::Error, schema: &str) -> EngineFailure {
 }
 
 /// The database's refusal `err` (number `number`), with what to do about it.
-fn advised(err: &sqlx::Error, number: u16, message: &str, schema: &str) -> String {
+fn advised(err: &sqlx::Error, number: u16, schema: &str) -> String {
     match number {
         number::BAD_DB | number::NO_SUCH_TABLE | number::SP_DOES_NOT_EXIST => format!(
             "{err}: the server has no distlock schema `{schema}`; run the SQL that `distlock \
@@ -116,9 +118,15 @@ fn advised(err: &sqlx::Error, number: u16, message: &str, schema: &str) -> Strin
             "{err}: a lock name is longer than the lock table's column ({} bytes)",
             super::sql::MAX_LOCK_NAME
         ),
-        _ if message.contains("secure transport") => format!(
+        number::SECURE_TRANSPORT_REQUIRED => format!(
             "{err}: the server takes only TLS connections; set `ssl-mode=VERIFY_IDENTITY` and \
              `ssl-ca` (the CA's file) in the URL"
+        ),
+        // MariaDB refuses a plain connection to a server that requires TLS this way too.
+        number::ACCESS_DENIED => format!(
+            "{err}: the server refused the user — a wrong user or password, or a server that \
+             takes only TLS connections (`require_secure_transport`) reached without TLS: then \
+             set `ssl-mode=VERIFY_IDENTITY` and `ssl-ca` (the CA's file) in the URL"
         ),
         _ => err.to_string(),
     }
