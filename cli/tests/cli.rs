@@ -514,6 +514,14 @@ async fn mysql_answers_too_on_the_schema_it_prints() {
     );
     let bad = distlock("", &["schema", "mysql", "--schema", "Ops-Locks"]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    // MySQL tells no change to another connection: nothing to follow, said at once.
+    let watch = distlock(&server.url(), &["watch", "a:1"]);
+    assert_eq!(watch.status.code(), Some(3), "{watch:?}");
+    assert!(
+        stderr(&watch).contains("tells no change"),
+        "{}",
+        stderr(&watch)
+    );
 }
 
 /// `distlock acl mysql` prints the library's GRANTs for `--schema` and `--user`.

@@ -286,17 +286,18 @@ impl BackendBuilder {
         self
     }
 
-    /// A database's schema that holds the lock tables (PostgreSQL, feature `postgres`): a
-    /// lowercase SQL identifier (letters, digits and `_`, at most 63 bytes). Default
-    /// `distlock`. Setting it for a deployment that is not a database is an error.
+    /// A database's schema that holds the lock tables (PostgreSQL, feature `postgres`; on MySQL,
+    /// feature `mysql`, the database that holds them): a lowercase SQL identifier (letters,
+    /// digits and `_`, at most 63 bytes, 64 on MySQL). Default `distlock`. Setting it for a
+    /// deployment that is not a database is an error.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
         self
     }
 
-    /// Whether a database engine creates its schema (`CREATE SCHEMA`, the table, the sequence
-    /// and the functions: what `distlock schema postgres` prints) at its first use when it is
-    /// missing. Default `false`: a missing schema is an error that names what to run, so that
+    /// Whether a database engine creates its schema (what `distlock schema postgres` or
+    /// `distlock schema mysql` prints: the schema or database, the tables, and the functions or
+    /// procedures) at its first use when it is missing. Default `false`: a missing schema is an error that names what to run, so that
     /// the application's own migrations stay in charge; the user needs `CREATE` on the
     /// database when this is on. Setting it for a deployment that is not a database is an
     /// error.

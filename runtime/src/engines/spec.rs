@@ -55,7 +55,7 @@ pub(crate) fn only_redlock(spec: &dyn EngineSpec) -> String {
 pub(crate) fn not_a_database(spec: &dyn EngineSpec) -> String {
     format!(
         "`{}`, which is not a database; a schema names where a database keeps the lock tables \
-         (postgres://)",
+         (postgres://, mysql://)",
         spec.describe()
     )
 }
