@@ -205,7 +205,7 @@ pub mod postgres {
 
 /// What only the MySQL deployment has (feature `mysql`): the fenced write inside the
 /// application's own transaction, and the schema of the lock tables. The same model as
-/// [`postgres`](crate::postgres): a lock's lease row is the proof that it is held, and
+/// [`postgres`]: a lock's lease row is the proof that it is held, and
 /// [`fence`](crate::mysql::fence) locks it (`LOCK IN SHARE MODE`) inside the application's
 /// transaction, so the transaction commits only while the lock is this holder's.
 ///

@@ -58,6 +58,7 @@ impl<DB: Database> Connection<DB> {
     }
 
     /// The same with at most `size` connections open at once.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn with_size(mut self, size: u32) -> Connection<DB> {
         self.size = size;
         self
@@ -83,6 +84,7 @@ impl<DB: Database> Connection<DB> {
     }
 
     /// The connect options its connections are opened with.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn options(&self) -> &<DB::Connection as sqlx::Connection>::Options {
         &self.options
     }
