@@ -136,6 +136,14 @@ pub(crate) fn lock_name(prefix: &str, key: &str) -> String {
     lock
 }
 
+/// The key a lock name was made from (`<prefix>:{<key>}` → `<key>`); `None` for a name that is
+/// not one (a pattern can match more than lock names, e.g. with `}` inside it).
+pub(crate) fn key_of<'a>(prefix: &str, lock: &'a str) -> Option<&'a str> {
+    lock.strip_prefix(prefix)?
+        .strip_prefix(":{")?
+        .strip_suffix('}')
+}
+
 /// The sorted set of a shared lock's holders (readers, permits), beside the lock named `lock`
 /// (the scripts derive it the same way).
 pub(crate) fn holders_of(lock: &str) -> String {
@@ -151,6 +159,13 @@ pub(crate) fn channel_of(lock: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_come_back_from_lock_names() {
+        assert_eq!(key_of("app", "app:{order:7}"), Some("order:7"));
+        assert_eq!(key_of("app", "app:{order:7}:released"), None);
+        assert_eq!(key_of("app", "other:{order:7}"), None);
+    }
 
     fn render(values: &[&str]) -> String {
         let mut key = KeyBuilder::new();

@@ -74,28 +74,12 @@ pub(crate) enum Arg<'a> {
 /// for the text protocol, which runs in one round trip. The statements hold owners, which are
 /// secrets: the store's connections log no statement.
 pub(crate) fn render(template: &str, args: &[Arg<'_>]) -> String {
-    let mut out = String::with_capacity(template.len() + 128);
-    let mut rest = template;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let digits = rest[at + 1..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len() - at - 1);
-        let number: Option<usize> = rest[at + 1..at + 1 + digits].parse().ok();
-        match number
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|n| args.get(n))
-        {
-            Some(Arg::Bytes(bytes)) => write_bytes(&mut out, bytes),
-            Some(Arg::Int(n)) => {
-                let _ = write!(out, "{n}");
-            }
-            None => out.push_str(&rest[at..at + 1 + digits]),
+    crate::engines::sql::render::render(template, args, |out, arg| match arg {
+        Arg::Bytes(bytes) => write_bytes(out, bytes),
+        Arg::Int(n) => {
+            let _ = write!(out, "{n}");
         }
-        rest = &rest[at + 1 + digits..];
-    }
-    out.push_str(rest);
-    out
+    })
 }
 
 fn write_bytes(out: &mut String, bytes: &[u8]) {

@@ -12,6 +12,8 @@ use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::{kind_of, tag, Entry};
 use crate::engines::queue::store::{Deletions, Presence, Read, Store};
+use crate::engines::sql::connection::Creation;
+use crate::engines::sql::keys::keys_of;
 use crate::lock::key::lock_name;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
@@ -20,7 +22,6 @@ use crate::operating::key_events::KeyEventSender;
 use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row};
 use std::time::Duration;
-use tokio::sync::OnceCell;
 
 /// How many times a request that deadlocked with other transactions is sent again.
 const DEADLOCK_RETRIES: usize = 3;
@@ -33,9 +34,8 @@ pub(crate) struct MySqlStore {
     sql: Statements,
     prefix: String,
     label: String,
-    /// Whether the schema is created when missing; done (or found there) once.
-    create_schema: bool,
-    schema_ready: OnceCell<()>,
+    /// Whether the schema is created when missing.
+    creation: Creation,
 }
 
 impl MySqlStore {
@@ -55,8 +55,7 @@ impl MySqlStore {
             sql: Statements::of(schema),
             prefix: prefix.to_owned(),
             label: label.to_owned(),
-            create_schema,
-            schema_ready: OnceCell::new(),
+            creation: Creation::new(create_schema),
         }
     }
 
@@ -95,7 +94,11 @@ impl MySqlStore {
     /// # Cancel safety
     /// Not cancel safe: the request may be applied anyway, as after a lost reply.
     async fn run(&self, shard: Option<&str>, sql: &str) -> EngineResult<Vec<MySqlRow>> {
-        self.ensure_schema().await?;
+        self.connection
+            .ensure(&self.creation, self.schema(), || {
+                schema_request(self.schema())
+            })
+            .await?;
         let pool = self.connection.pool();
         let request = async {
             let mut tries = 0;
@@ -119,27 +122,6 @@ impl MySqlStore {
     /// Not cancel safe: the request may be applied anyway, as after a lost reply.
     async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<MySqlRow>> {
         self.run(None, &render(statement, args)).await
-    }
-
-    /// Creates the schema at first use, where that was asked for (once per backend).
-    async fn ensure_schema(&self) -> EngineResult<()> {
-        if !self.create_schema {
-            return Ok(());
-        }
-        let pool = self.connection.pool();
-        self.schema_ready
-            .get_or_try_init(|| async {
-                let sql = schema_request(self.schema());
-                self.connection
-                    .call(
-                        self.schema(),
-                        sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool),
-                    )
-                    .await
-                    .map(|_| ())
-            })
-            .await
-            .copied()
     }
 
     /// The entries of `rows` (owner, token, kind, label, ms left), oldest first.
@@ -333,17 +315,14 @@ impl Store for MySqlStore {
         let rows = self
             .rows(&self.sql.keys, &[Arg::Bytes(start.as_bytes())])
             .await?;
-        rows.iter()
+        let locks = rows
+            .iter()
             .map(|row| {
                 let bytes: Vec<u8> = row.try_get(0).map_err(EngineFailure::ambiguous)?;
-                let key = String::from_utf8(bytes).map_err(EngineFailure::ambiguous)?;
-                Ok(key
-                    .strip_prefix(&start)
-                    .and_then(|rest| rest.strip_suffix('}'))
-                    .unwrap_or(&key)
-                    .to_owned())
+                String::from_utf8(bytes).map_err(EngineFailure::ambiguous)
             })
-            .collect()
+            .collect::<EngineResult<Vec<_>>>()?;
+        Ok(keys_of(&self.prefix, &locks))
     }
 
     /// Refused: MySQL tells no change to another connection.

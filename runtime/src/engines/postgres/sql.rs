@@ -87,25 +87,7 @@ pub(crate) enum Arg<'a> {
 /// reaches a statement. The statements hold owners, which are secrets: the store's
 /// connections log no statement.
 pub(crate) fn render(template: &str, args: &[Arg<'_>]) -> String {
-    let mut out = String::with_capacity(template.len() + 64);
-    let mut rest = template;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let digits = rest[at + 1..]
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len() - at - 1);
-        let number: Option<usize> = rest[at + 1..at + 1 + digits].parse().ok();
-        match number
-            .and_then(|n| n.checked_sub(1))
-            .and_then(|n| args.get(n))
-        {
-            Some(arg) => write_arg(&mut out, *arg),
-            None => out.push_str(&rest[at..at + 1 + digits]),
-        }
-        rest = &rest[at + 1 + digits..];
-    }
-    out.push_str(rest);
-    out
+    crate::engines::sql::render::render(template, args, |out, arg| write_arg(out, *arg))
 }
 
 fn write_arg(out: &mut String, arg: Arg<'_>) {

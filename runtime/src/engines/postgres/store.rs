@@ -8,6 +8,8 @@ use super::sql::{render, schema_sql, Arg, Statements};
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::{kind_of, tag, Entry};
 use crate::engines::queue::store::{Deletion, Deletions, Presence, Read, Store};
+use crate::engines::sql::connection::Creation;
+use crate::engines::sql::keys::keys_of;
 use crate::lock::key::lock_name;
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
@@ -18,7 +20,6 @@ use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OnceCell;
 
 pub(crate) struct PgStore {
     connection: Arc<Connection>,
@@ -26,9 +27,8 @@ pub(crate) struct PgStore {
     prefix: String,
     label: String,
     listener: Listener,
-    /// Whether the schema is created when missing; done (or found there) once.
-    create_schema: bool,
-    schema_ready: OnceCell<()>,
+    /// Whether the schema is created when missing.
+    creation: Creation,
 }
 
 impl PgStore {
@@ -46,8 +46,7 @@ impl PgStore {
             sql: Statements::of(schema),
             prefix: prefix.to_owned(),
             label: label.to_owned(),
-            create_schema,
-            schema_ready: OnceCell::new(),
+            creation: Creation::new(create_schema),
         }
     }
 
@@ -71,7 +70,9 @@ impl PgStore {
     /// # Cancel safety
     /// Not cancel safe: the request may be applied anyway, as after a lost reply.
     async fn rows(&self, statement: &str, args: &[Arg<'_>]) -> EngineResult<Vec<PgRow>> {
-        self.ensure_schema().await?;
+        self.connection
+            .ensure(&self.creation, self.schema(), || schema_sql(self.schema()))
+            .await?;
         let sql = render(statement, args);
         let pool = self.connection.pool();
         self.connection
@@ -80,27 +81,6 @@ impl PgStore {
                 sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(pool),
             )
             .await
-    }
-
-    /// Creates the schema at first use, where that was asked for (once per backend).
-    async fn ensure_schema(&self) -> EngineResult<()> {
-        if !self.create_schema {
-            return Ok(());
-        }
-        let pool = self.connection.pool();
-        self.schema_ready
-            .get_or_try_init(|| async {
-                let sql = schema_sql(self.schema());
-                self.connection
-                    .call(
-                        self.schema(),
-                        sqlx::raw_sql(AssertSqlSafe(sql)).execute(pool),
-                    )
-                    .await
-                    .map(|_| ())
-            })
-            .await
-            .copied()
     }
 
     /// The entries of `rows` (owner, token, kind, label, ms left), oldest first.
@@ -249,16 +229,12 @@ impl Store for PgStore {
     async fn keys(&self) -> EngineResult<Vec<String>> {
         let start = format!("{}:{{", self.prefix);
         let rows = self.rows(&self.sql.keys, &[Arg::Text(&start)]).await?;
-        rows.iter()
-            .map(|row| {
-                let key: String = row.try_get(0).map_err(EngineFailure::ambiguous)?;
-                Ok(key
-                    .strip_prefix(&start)
-                    .and_then(|rest| rest.strip_suffix('}'))
-                    .unwrap_or(&key)
-                    .to_owned())
-            })
-            .collect()
+        let locks = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(EngineFailure::ambiguous)?;
+        Ok(keys_of(&self.prefix, &locks))
     }
 
     /// Every change of the key's queue, as `put` (a join, a renewal) and `delete`.

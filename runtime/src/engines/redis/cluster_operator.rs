@@ -57,7 +57,7 @@ impl ClusterEngine {
             keys.extend(
                 found?
                     .iter()
-                    .filter_map(|lock| scan::key_of(&self.prefix, lock))
+                    .filter_map(|lock| crate::lock::key::key_of(&self.prefix, lock))
                     .map(str::to_owned),
             );
         }

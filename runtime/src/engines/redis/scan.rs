@@ -24,14 +24,6 @@ pub(crate) fn match_pattern(prefix: &str, pattern: &str) -> String {
     escaped
 }
 
-/// The key a lock name was made from (`<prefix>:{<key>}` → `<key>`); `None` for a name that is
-/// not one (the pattern can match more than lock names, e.g. with `}` inside it).
-pub(crate) fn key_of<'a>(prefix: &str, lock: &'a str) -> Option<&'a str> {
-    lock.strip_prefix(prefix)?
-        .strip_prefix(":{")?
-        .strip_suffix('}')
-}
-
 /// Walks one server's keyspace with `SCAN <cursor> MATCH <pattern> COUNT …`, `step` sending one
 /// command; the keys found, each once.
 ///
@@ -73,12 +65,5 @@ mod tests {
     fn the_prefix_is_escaped_and_the_pattern_is_not() {
         assert_eq!(match_pattern("app", "order:*"), "app:{order:*}");
         assert_eq!(match_pattern("a*b[1]", "?"), "a\\*b\\[1\\]:{?}");
-    }
-
-    #[test]
-    fn keys_come_back_from_lock_names() {
-        assert_eq!(key_of("app", "app:{order:7}"), Some("order:7"));
-        assert_eq!(key_of("app", "app:{order:7}:released"), None);
-        assert_eq!(key_of("app", "other:{order:7}"), None);
     }
 }

@@ -9,10 +9,11 @@
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
 use sqlx::pool::{Pool, PoolOptions};
-use sqlx::Database;
+use sqlx::{AssertSqlSafe, Database};
 use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
+use tokio::sync::OnceCell;
 
 /// Connections of the store's pool: enough for the watchdog, a few acquires and releases at
 /// once, and a listening connection.
@@ -20,6 +21,22 @@ const POOL_SIZE: u32 = 8;
 
 /// How a store reads a failed request of its database, given its schema.
 pub(crate) type ReadFailure = fn(sqlx::Error, &str) -> EngineFailure;
+
+/// Whether a store creates its schema when it is missing (`create_schema`), and whether that
+/// was done (or found there): once per backend.
+pub(crate) struct Creation {
+    wanted: bool,
+    done: OnceCell<()>,
+}
+
+impl Creation {
+    pub(crate) fn new(wanted: bool) -> Creation {
+        Creation {
+            wanted,
+            done: OnceCell::new(),
+        }
+    }
+}
 
 pub(crate) struct Connection<DB: Database> {
     options: <DB::Connection as sqlx::Connection>::Options,
@@ -91,6 +108,40 @@ impl<DB: Database> Connection<DB> {
 
     pub(crate) fn describe(&self) -> &str {
         &self.describe
+    }
+
+    /// Makes sure of the schema `creation` creates, where that was asked for: runs its SQL
+    /// (`sql`, every statement of which may run again) at the first call, and again only after
+    /// a call that failed.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the statements may have run, as after a lost reply; the next call runs
+    /// them again.
+    pub(crate) async fn ensure(
+        &self,
+        creation: &Creation,
+        schema: &str,
+        sql: impl FnOnce() -> String,
+    ) -> EngineResult<()>
+    where
+        for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    {
+        if !creation.wanted {
+            return Ok(());
+        }
+        creation
+            .done
+            .get_or_try_init(|| async {
+                let sql = sql();
+                self.call(
+                    schema,
+                    sqlx::raw_sql(AssertSqlSafe(sql)).execute(self.pool()),
+                )
+                .await
+                .map(|_| ())
+            })
+            .await
+            .copied()
     }
 
     /// Runs one request, bounded by the connect and response timeouts; a request that timed

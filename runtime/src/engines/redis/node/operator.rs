@@ -22,7 +22,7 @@ impl Node {
             .map_err(|err| self.failure(err))?;
         Ok(locks
             .iter()
-            .filter_map(|lock| scan::key_of(&self.prefix, lock))
+            .filter_map(|lock| crate::lock::key::key_of(&self.prefix, lock))
             .map(str::to_owned)
             .collect())
     }
