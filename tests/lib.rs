@@ -7,6 +7,8 @@
 //! - `tests/common` (`mod common;` in a target): what targets share about distlock — a backend of
 //!   each deployment built the same way (the conformance fixtures), the worker processes of the
 //!   multi-process tests, and a lock key's value as the scripts lay it out.
+//! - `tests/sql_faults` (`mod sql_faults;` in `postgres.rs` and `mysql.rs`): the PostgreSQL and
+//!   MySQL tests written once, each run on both databases.
 //!
 //! The package lives in `tests/`, so cargo cannot find its targets by itself (`autotests` would
 //! look in `tests/tests/`): each file is a `[[test]]` in `Cargo.toml`, and

@@ -1,10 +1,11 @@
 //! What the test targets share about distlock (processes and the network are
 //! `distlock-test-support`'s): a backend of each deployment, built the same way so one
 //! conformance suite runs against all of them; the multi-process worker (`worker`); a lock key's
-//! value as the scripts lay it out (`cell`).
+//! value as the scripts lay it out (`cell`); what PostgreSQL and MySQL differ in (`database`).
 #![allow(dead_code)]
 
 pub mod cell;
+pub mod database;
 pub mod etcd;
 pub mod mysql;
 pub mod postgres;

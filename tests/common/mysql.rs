@@ -1,92 +1,114 @@
-//! The MySQL fixture: a MariaDB server of the harness's own with distlock's schema installed (by
-//! the SQL `distlock::mysql::schema` prints, through the `mariadb` client, as a migration
-//! would).
+//! MySQL as the tests' [`Database`]: the harness's `MariaDbServer`, its SQL, and the
+//! application's fenced writes through sqlx; the fixture [`Mysql`] on it, and waiting until a
+//! check on it holds.
 
-use super::{Fixture, PREFIX};
-use distlock::{Backend, BackendBuilder};
-use distlock_test_support::{MariaDbServer, RedisServer};
+use super::database::{Database, Sql};
+use distlock::{Backend, BackendBuilder, LockError, LockGuard};
+use distlock_test_support::MariaDbServer;
+use sqlx::{AssertSqlSafe, MySqlConnection, MySqlPool};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The lock database the fixture installs and the backends use.
-pub const SCHEMA: &str = "distlock";
+pub use super::database::SCHEMA;
 
 /// The MySQL backend on a MariaDB server of its own.
-pub struct Mysql {
-    pub server: MariaDbServer,
-    backend: Backend,
-    builder: BackendBuilder,
-}
+pub type Mysql = Sql<MariaDbServer>;
 
-impl Mysql {
-    /// A server with the lock schema installed.
-    pub fn server() -> MariaDbServer {
-        let server = MariaDbServer::start();
-        server.sql(&distlock::mysql::schema(SCHEMA).unwrap());
-        server
-    }
-}
+impl Database for MariaDbServer {
+    const FIGURES: &'static str = "MYSQL";
+    const KIND: &'static str = "mysql";
+    const KEY_COLUMN: &'static str = "lock_key";
+    /// The column is VARBINARY.
+    const KEY_TEXT: &'static str = "CAST(lock_key AS CHAR)";
+    const NOW: &'static str = "UTC_TIMESTAMP(6)";
+    /// InnoDB's open transactions.
+    const OPEN_TRANSACTIONS: &'static str = "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
+        WHERE trx_mysql_thread_id <> CONNECTION_ID()";
+    const RELAXED_DURABILITY: &'static str = "innodb_flush_log_at_trx_commit is 2";
+    /// Transactional, whatever the server's default engine.
+    const TABLE_OPTIONS: &'static str = " ENGINE = InnoDB";
+    const RELEASE_WAITS_FOR_FENCE: bool = true;
+    type Sqlx = sqlx::MySql;
 
-impl Fixture for Mysql {
-    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let server = Mysql::server();
-        let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
-        Mysql {
-            backend: builder.clone().build().expect("valid settings"),
-            builder,
-            server,
-        }
+    fn start() -> Self {
+        MariaDbServer::start()
     }
 
-    fn backend(&self) -> &Backend {
-        &self.backend
+    fn schema(name: &str) -> String {
+        distlock::mysql::schema(name).unwrap()
     }
 
-    /// MySQL keeps no token marker: AUTO_INCREMENT never goes back.
-    async fn forget_token_marker(&self, _key: &str) {}
-
-    /// The time left of the holder's lease row, on the database's clock.
-    async fn pttl(&self, key: &str) -> Option<Duration> {
-        let holder = self.backend.inspect(key).await.unwrap()?;
-        Some(holder.ttl)
+    fn url(&self) -> String {
+        MariaDbServer::url(self)
     }
 
-    fn contender(&self) -> Backend {
-        self.builder.clone().build().unwrap()
+    fn sql(&self, sql: &str) -> String {
+        MariaDbServer::sql(self, sql)
     }
 
-    /// Keys among `candidates` with a live row left: a holder, or a waiter, which would hold
-    /// up everyone behind it.
-    async fn held_keys(&self, candidates: &[String]) -> Vec<String> {
-        let rows = self.server.sql(&format!(
-            "SELECT DISTINCT CAST(lock_key AS CHAR) FROM {SCHEMA}.entries \
-             WHERE expires_at > UTC_TIMESTAMP(6)"
-        ));
-        let live: Vec<&str> = rows.lines().collect();
-        candidates
-            .iter()
-            .filter(|key| live.contains(&format!("{PREFIX}:{{{key}}}").as_str()))
-            .cloned()
-            .collect()
+    /// `SIGKILL`: the next start recovers from the InnoDB log.
+    fn kill(&mut self) {
+        MariaDbServer::kill(self)
     }
 
-    fn kind(&self) -> &'static str {
-        "mysql"
+    fn restart(&mut self) {
+        MariaDbServer::restart(self)
     }
 
-    fn servers(&self) -> Vec<&RedisServer> {
-        Vec::new()
+    /// `KILL CONNECTION` of the connections of `root`.
+    fn end_lock_connections(&self) -> usize {
+        self.kill_connections("root")
     }
 
-    fn least_token(&self) -> u64 {
-        1
+    fn end_session(&self, id: u64) {
+        MariaDbServer::sql(self, &format!("KILL CONNECTION {id}"));
     }
 
-    fn grants_in_a_row(&self) -> usize {
-        2_000
+    fn until(
+        &self,
+        within: Duration,
+        check: impl AsyncFnMut() -> bool,
+    ) -> impl Future<Output = bool> {
+        until_on_mysql(self, within, check)
     }
 
-    fn mysql(&self) -> Option<&MariaDbServer> {
-        Some(&self.server)
+    fn backend_on(pool: &MySqlPool) -> BackendBuilder {
+        Backend::mysql(pool)
+    }
+
+    fn fence(
+        connection: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(), LockError>> + Send {
+        distlock::mysql::fence(connection)
+    }
+
+    fn fence_guard(
+        guard: &LockGuard,
+        connection: &mut MySqlConnection,
+    ) -> impl Future<Output = Result<(), LockError>> + Send {
+        distlock::mysql::fence_guard(guard, connection)
+    }
+
+    async fn write_with_token(app: &MySqlPool, token: u64, value: &str) -> u64 {
+        sqlx::query("UPDATE resource SET fence = ?, value = ? WHERE id = 1 AND fence <= ?")
+            .bind(token)
+            .bind(value)
+            .bind(token)
+            .execute(app)
+            .await
+            .unwrap()
+            .rows_affected()
+    }
+
+    async fn execute(connection: &mut MySqlConnection, sql: String) -> u64 {
+        let done = sqlx::query(AssertSqlSafe(sql)).execute(connection).await;
+        done.unwrap().rows_affected()
+    }
+
+    /// `CONNECTION_ID()`.
+    async fn session_id(connection: &mut MySqlConnection) -> u64 {
+        let id = sqlx::query_scalar::<_, u64>("SELECT CONNECTION_ID()").fetch_one(connection);
+        id.await.unwrap()
     }
 }
 

@@ -1,92 +1,110 @@
-//! The PostgreSQL fixture: a server of the harness's own with distlock's schema installed (by
-//! the SQL `distlock::postgres::schema` prints, as a migration would), and waiting on its
-//! events.
+//! PostgreSQL as the tests' [`Database`]: the harness's `PgServer`, its SQL, and the
+//! application's fenced writes through sqlx; the fixture [`Postgres`] on it, and waiting until a
+//! check on it holds.
 
-use super::{Fixture, PREFIX};
-use distlock::{Backend, BackendBuilder};
-use distlock_test_support::{PgServer, RedisServer};
+use super::database::{Database, Sql};
+use distlock::{Backend, BackendBuilder, LockError, LockGuard};
+use distlock_test_support::PgServer;
 use sqlx::postgres::PgListener;
+use sqlx::{AssertSqlSafe, PgConnection, PgPool};
+use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// The schema the fixture installs and the backends use.
-pub const SCHEMA: &str = "distlock";
+pub use super::database::SCHEMA;
 
 /// The PostgreSQL backend on a server of its own.
-pub struct Postgres {
-    pub server: PgServer,
-    backend: Backend,
-    builder: BackendBuilder,
-}
+pub type Postgres = Sql<PgServer>;
 
-impl Postgres {
-    /// A server with the lock schema installed.
-    pub fn server() -> PgServer {
-        let server = PgServer::start();
-        server.psql(&distlock::postgres::schema(SCHEMA).unwrap());
-        server
-    }
-}
+impl Database for PgServer {
+    const FIGURES: &'static str = "POSTGRES";
+    const KIND: &'static str = "postgres";
+    const KEY_COLUMN: &'static str = "key";
+    const KEY_TEXT: &'static str = "key";
+    const NOW: &'static str = "clock_timestamp()";
+    /// Sessions `idle in transaction`.
+    const OPEN_TRANSACTIONS: &'static str = "SELECT count(*) FROM pg_stat_activity \
+        WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()";
+    const RELAXED_DURABILITY: &'static str = "fsync is off";
+    const TABLE_OPTIONS: &'static str = "";
+    const RELEASE_WAITS_FOR_FENCE: bool = false;
+    type Sqlx = sqlx::Postgres;
 
-impl Fixture for Postgres {
-    fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
-        let server = Postgres::server();
-        let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
-        Postgres {
-            backend: builder.clone().build().expect("valid settings"),
-            builder,
-            server,
-        }
+    fn start() -> Self {
+        PgServer::start()
     }
 
-    fn backend(&self) -> &Backend {
-        &self.backend
+    fn schema(name: &str) -> String {
+        distlock::postgres::schema(name).unwrap()
     }
 
-    /// PostgreSQL keeps no token marker: the sequence a token is taken from never goes back.
-    async fn forget_token_marker(&self, _key: &str) {}
-
-    /// The time left of the holder's lease row, on the database's clock.
-    async fn pttl(&self, key: &str) -> Option<Duration> {
-        let holder = self.backend.inspect(key).await.unwrap()?;
-        Some(holder.ttl)
+    fn url(&self) -> String {
+        PgServer::url(self)
     }
 
-    fn contender(&self) -> Backend {
-        self.builder.clone().build().unwrap()
+    fn sql(&self, sql: &str) -> String {
+        self.psql(sql)
     }
 
-    /// Keys among `candidates` with a live row left: a holder, or a waiter, which would hold
-    /// up everyone behind it.
-    async fn held_keys(&self, candidates: &[String]) -> Vec<String> {
-        let rows = self.server.psql(&format!(
-            "SELECT DISTINCT key FROM {SCHEMA}.entries WHERE expires_at > clock_timestamp()"
-        ));
-        let live: Vec<&str> = rows.lines().collect();
-        candidates
-            .iter()
-            .filter(|key| live.contains(&format!("{PREFIX}:{{{key}}}").as_str()))
-            .cloned()
-            .collect()
+    /// An immediate shutdown.
+    fn kill(&mut self) {
+        PgServer::kill(self)
     }
 
-    fn kind(&self) -> &'static str {
-        "postgres"
+    fn restart(&mut self) {
+        PgServer::restart(self)
     }
 
-    fn servers(&self) -> Vec<&RedisServer> {
-        Vec::new()
+    /// `pg_terminate_backend` of the sessions of `postgres`.
+    fn end_lock_connections(&self) -> usize {
+        self.terminate_connections("postgres")
     }
 
-    fn least_token(&self) -> u64 {
-        1
+    fn end_session(&self, id: u64) {
+        self.psql(&format!("SELECT pg_terminate_backend({id})"));
     }
 
-    fn grants_in_a_row(&self) -> usize {
-        2_000
+    fn until(
+        &self,
+        within: Duration,
+        check: impl AsyncFnMut() -> bool,
+    ) -> impl Future<Output = bool> {
+        until_on_postgres(self, within, check)
     }
 
-    fn postgres(&self) -> Option<&PgServer> {
-        Some(&self.server)
+    fn backend_on(pool: &PgPool) -> BackendBuilder {
+        Backend::postgres(pool)
+    }
+
+    fn fence(connection: &mut PgConnection) -> impl Future<Output = Result<(), LockError>> + Send {
+        distlock::postgres::fence(connection)
+    }
+
+    fn fence_guard(
+        guard: &LockGuard,
+        connection: &mut PgConnection,
+    ) -> impl Future<Output = Result<(), LockError>> + Send {
+        distlock::postgres::fence_guard(guard, connection)
+    }
+
+    async fn write_with_token(app: &PgPool, token: u64, value: &str) -> u64 {
+        sqlx::query("UPDATE resource SET fence = $1, value = $2 WHERE id = 1 AND fence <= $1")
+            .bind(token as i64)
+            .bind(value)
+            .execute(app)
+            .await
+            .unwrap()
+            .rows_affected()
+    }
+
+    async fn execute(connection: &mut PgConnection, sql: String) -> u64 {
+        let done = sqlx::query(AssertSqlSafe(sql)).execute(connection).await;
+        done.unwrap().rows_affected()
+    }
+
+    /// `pg_backend_pid()`.
+    async fn session_id(connection: &mut PgConnection) -> u64 {
+        let pid = sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(connection);
+        pid.await.unwrap() as u64
     }
 }
 

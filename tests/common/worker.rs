@@ -36,8 +36,23 @@ pub fn report(event: &str, data: impl std::fmt::Display) {
 /// parent's `go`, so that every worker starts at once.
 pub async fn ready_then_go() {
     report("ready", "");
-    let go = tokio::task::spawn_blocking(read_line).await.unwrap();
-    assert_eq!(go, "go", "the parent's start line");
+    assert_eq!(order().await, "go", "the parent's start line");
+}
+
+/// Waits — off the runtime's threads — for the parent's next line.
+pub async fn order() -> String {
+    tokio::task::spawn_blocking(read_line).await.unwrap()
+}
+
+/// Waits for the parent's `go` (it stops and continues this worker meanwhile), then reports
+/// what the locked call's checkpoint says: `held`, or `lost <reason>`.
+pub async fn checkpoint_on_go() {
+    assert_eq!(order().await, "go");
+    let check = match distlock::checkpoint() {
+        Ok(()) => "held".to_owned(),
+        Err(err) => format!("lost {:?}", err.lost_reason()),
+    };
+    report("checkpoint", check);
 }
 
 /// Blocks until the parent sends a line.
@@ -163,13 +178,7 @@ pub async fn hold_then_write_late(
         .run(async {
             let token = distlock::fencing_token().unwrap();
             report("acquired", token);
-            let order = tokio::task::spawn_blocking(read_line).await.unwrap();
-            assert_eq!(order, "go");
-            let check = match distlock::checkpoint() {
-                Ok(()) => "held".to_owned(),
-                Err(err) => format!("lost {:?}", err.lost_reason()),
-            };
-            report("checkpoint", check);
+            checkpoint_on_go().await;
             let write = fenced
                 .write("resource", token, b"late write")
                 .await
