@@ -288,7 +288,7 @@ impl BackendBuilder {
 
     /// A database's schema that holds the lock tables (PostgreSQL, feature `postgres`; on MySQL,
     /// feature `mysql`, the database that holds them): a lowercase SQL identifier (letters,
-    /// digits and `_`, at most 63 bytes, 64 on MySQL). Default `distlock`. Setting it for a
+    /// digits and `_`, at most 63 bytes, 40 on MySQL). Default `distlock`. Setting it for a
     /// deployment that is not a database is an error.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());

@@ -1,12 +1,12 @@
 //! Presence: while an entry of this process is in a queue, a MySQL named lock
-//! (`GET_LOCK`) derived from its key and owner is held on a connection of this process, and a
-//! waiter behind it blocks on that name in the server (`wakes.rs`) — woken the moment the entry
-//! leaves, or the connection holding its presence ends.
+//! (`GET_LOCK`), `dl:<database>:<token>`, is held on a connection of this process, and a waiter
+//! behind it blocks on that name in the server (`wakes.rs`) — woken the moment the entry leaves,
+//! or the connection holding its presence ends.
 //!
 //! A named lock belongs to the session that took it, so the joins and leaves of a key always run
-//! on the same connection: one of [`SHARDS`] connections, chosen by the key. A join takes the
-//! entry's presence in the same request, before its `CALL` (so a waiter that reads the entry
-//! finds its presence held); a leave gives it back in the same request, after its `CALL` (so a
+//! on the same connection: one of [`SHARDS`] connections, chosen by the key. The join procedure
+//! takes the entry's presence inside its transaction, before it commits (so a waiter that reads
+//! the entry finds its presence held); the leave procedure gives it back after it commits (so a
 //! waiter woken finds the entry gone). A connection that breaks, or whose request is dropped
 //! midway, is closed and opened anew at the next request: the presences it held end with it,
 //! which wakes their waiters early — they find the entries still there and keep waiting on their
@@ -14,40 +14,35 @@
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Connection};
-use tokio::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::Mutex as AsyncMutex;
 
 /// Connections that run joins and leaves and hold the presences: the joins and leaves of
 /// different keys run this many at a time.
 pub(crate) const SHARDS: usize = 4;
 
-/// The named lock of the entry of `owner` in the queue `lock` (both as hex literals): `dl:` and
-/// 56 hex digits of their SHA-256, within the 64 characters a name may have, and naming no
-/// owner (which is a secret) to whoever lists the server's locks.
-pub(crate) fn name(lock: &str, owner: &str) -> String {
-    format!("CONCAT('dl:', LEFT(SHA2(CONCAT({lock}, X'00', {owner}), 256), 56))")
-}
-
-/// Takes the presence `name` on this connection unless it holds it already (a named lock taken
-/// twice would need two releases).
-pub(crate) fn take(name: &str) -> String {
-    format!("DO IF(IS_USED_LOCK({name}) <=> CONNECTION_ID(), 1, GET_LOCK({name}, 0))")
-}
-
-/// Gives the presence `name` back (nothing when another session holds it, or nobody does).
-pub(crate) fn give_back(name: &str) -> String {
-    format!("DO RELEASE_LOCK({name})")
+/// The presence of the entry `token` of the lock database `schema` (a lowercase identifier of
+/// at most 40 bytes), as a string literal: what the procedures take with `CONCAT('dl:',
+/// DATABASE(), ':', token)`.
+pub(crate) fn name(schema: &str, token: u64) -> String {
+    format!("'dl:{schema}:{token}'")
 }
 
 pub(crate) struct Shards {
     options: MySqlConnectOptions,
-    connections: Vec<Mutex<Option<MySqlConnection>>>,
+    connections: Vec<AsyncMutex<Option<MySqlConnection>>>,
+    /// The token each entry of this process had when its join read it, by lock and owner: its
+    /// leave gives that presence back even when another deleted the entry (its lease ran out).
+    tokens: Mutex<HashMap<(String, String), u64>>,
 }
 
 impl Shards {
     pub(crate) fn new(options: MySqlConnectOptions) -> Shards {
         Shards {
             options,
-            connections: (0..SHARDS).map(|_| Mutex::new(None)).collect(),
+            connections: (0..SHARDS).map(|_| AsyncMutex::new(None)).collect(),
+            tokens: Mutex::default(),
         }
     }
 
@@ -73,6 +68,24 @@ impl Shards {
         reply
     }
 
+    /// `owner`'s join of the queue `lock` read its entry with `token`.
+    pub(crate) fn joined(&self, lock: &str, owner: &str, token: u64) {
+        self.tokens()
+            .insert((lock.to_owned(), owner.to_owned()), token);
+    }
+
+    /// The token `owner`'s last join of the queue `lock` read, if any.
+    pub(crate) fn token_of(&self, lock: &str, owner: &str) -> Option<u64> {
+        self.tokens()
+            .get(&(lock.to_owned(), owner.to_owned()))
+            .copied()
+    }
+
+    /// `owner`'s entry in the queue `lock` left (or was removed).
+    pub(crate) fn left(&self, lock: &str, owner: &str) {
+        self.tokens().remove(&(lock.to_owned(), owner.to_owned()));
+    }
+
     /// Closes every connection (the backend shut down): their presences end.
     pub(crate) fn close(&self) {
         for connection in &self.connections {
@@ -80,6 +93,10 @@ impl Shards {
                 slot.take();
             }
         }
+    }
+
+    fn tokens(&self) -> MutexGuard<'_, HashMap<(String, String), u64>> {
+        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -29,13 +29,15 @@ CREATE TABLE IF NOT EXISTS {schema}.entries (
 DELIMITER $$
 
 -- Joins `p_key`'s queue (or keeps the place there, its time starting again) and reads it:
--- owner, token, kind, label, milliseconds left.
+-- owner, token, kind, label, milliseconds left. The entry's presence is taken before anyone
+-- can read the entry (see queue_present).
 DROP PROCEDURE IF EXISTS {schema}.queue_join $$
 CREATE PROCEDURE {schema}.queue_join(p_key VARBINARY(2048), p_owner VARBINARY(64),
                                      p_kind VARBINARY(16), p_label VARBINARY(512),
                                      p_ttl_ms BIGINT, p_wait_s INT)
 SQL SECURITY INVOKER
 BEGIN
+    DECLARE mine BIGINT UNSIGNED DEFAULT NULL;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     CALL {schema}.queue_begin(p_wait_s);
     -- The key's row, locked (inserted or found): the joins of one key run in turn.
@@ -46,6 +48,9 @@ BEGIN
         VALUES (p_key, p_owner, p_kind, p_label,
                 UTC_TIMESTAMP(6) + INTERVAL p_ttl_ms * 1000 MICROSECOND)
         ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at);
+    SELECT e.token INTO mine FROM {schema}.entries e
+        WHERE e.lock_key = p_key AND e.owner = p_owner;
+    CALL {schema}.queue_present(mine);
     SELECT e.owner, e.token, e.kind, e.label,
            CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), e.expires_at) DIV 1000 AS SIGNED)
         FROM {schema}.entries e WHERE e.lock_key = p_key ORDER BY e.token;
@@ -53,17 +58,19 @@ BEGIN
 END $$
 
 -- Deletes `p_owner`'s entry: 1 it was there, 0 it was not and the queue is empty, -1 it was
--- not and another entry is there.
+-- not and another entry is there. Then gives its presence back (and that of `p_token`, the
+-- token its join read, which an entry deleted by another keeps).
 DROP PROCEDURE IF EXISTS {schema}.queue_leave $$
 CREATE PROCEDURE {schema}.queue_leave(p_key VARBINARY(2048), p_owner VARBINARY(64),
-                                      p_wait_s INT)
+                                      p_token BIGINT UNSIGNED, p_wait_s INT)
 SQL SECURITY INVOKER
 BEGIN
     DECLARE live INT DEFAULT 0;
+    DECLARE mine BIGINT UNSIGNED DEFAULT NULL;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     CALL {schema}.queue_begin(p_wait_s);
-    SELECT COUNT(*) INTO live FROM {schema}.entries e
-        WHERE e.lock_key = p_key AND e.owner = p_owner AND e.expires_at > UTC_TIMESTAMP(6)
+    SELECT e.token, e.expires_at > UTC_TIMESTAMP(6) INTO mine, live FROM {schema}.entries e
+        WHERE e.lock_key = p_key AND e.owner = p_owner
         FOR UPDATE;
     DELETE FROM {schema}.entries WHERE lock_key = p_key AND owner = p_owner;
     CALL {schema}.queue_tidy(p_key);
@@ -72,6 +79,8 @@ BEGIN
                      WHERE e.lock_key = p_key AND e.expires_at > UTC_TIMESTAMP(6)) THEN -1
         ELSE 0 END AS SIGNED);
     COMMIT;
+    CALL {schema}.queue_absent(mine);
+    CALL {schema}.queue_absent(p_token);
 END $$
 
 -- Starts the time of `p_owner`'s entry again: 1 renewed, 0 gone (the queue empty), -1 gone
@@ -111,6 +120,30 @@ BEGIN
     CALL {schema}.queue_tidy(p_key);
     SELECT CAST(removed AS SIGNED);
     COMMIT;
+    CALL {schema}.queue_absent(p_token);
+END $$
+
+-- Takes the presence of the entry `p_token` on this session (a named lock `dl:<database>:<token>`
+-- that its waiters block on), unless the session holds it already (a named lock taken twice
+-- would need two releases).
+DROP PROCEDURE IF EXISTS {schema}.queue_present $$
+CREATE PROCEDURE {schema}.queue_present(p_token BIGINT UNSIGNED)
+SQL SECURITY INVOKER
+BEGIN
+    DECLARE presence VARCHAR(64) DEFAULT CONCAT('dl:', DATABASE(), ':', p_token);
+    IF NOT (IS_USED_LOCK(presence) <=> CONNECTION_ID()) THEN
+        DO GET_LOCK(presence, 0);
+    END IF;
+END $$
+
+-- Gives the presence of the entry `p_token` back, if this session holds it (NULL or 0: none).
+DROP PROCEDURE IF EXISTS {schema}.queue_absent $$
+CREATE PROCEDURE {schema}.queue_absent(p_token BIGINT UNSIGNED)
+SQL SECURITY INVOKER
+BEGIN
+    IF p_token > 0 THEN
+        DO RELEASE_LOCK(CONCAT('dl:', DATABASE(), ':', p_token));
+    END IF;
 END $$
 
 -- Starts a request's transaction: READ COMMITTED (no gap locks between the keys of one table),

@@ -17,8 +17,9 @@ use std::fmt::Write;
 /// The longest lock name (prefix, braces and key) the `lock_key` column holds.
 pub(crate) const MAX_LOCK_NAME: usize = 2048;
 
-/// The longest database name MySQL keeps.
-const MAX_IDENTIFIER: usize = 64;
+/// The longest lock database name: 40 bytes, so that an entry's presence, `dl:<database>:<token>`,
+/// fits the 64 characters a named lock may have (`presence.rs`).
+const MAX_IDENTIFIER: usize = 40;
 
 /// The statements of one lock database, built once.
 #[derive(Debug, Clone)]
@@ -46,7 +47,7 @@ impl Statements {
         Statements {
             schema: s.to_owned(),
             join: format!("CALL {s}.queue_join($1, $2, $3, $4, $5, $6)"),
-            leave: format!("CALL {s}.queue_leave($1, $2, $3)"),
+            leave: format!("CALL {s}.queue_leave($1, $2, $3, $4)"),
             renew: format!("CALL {s}.queue_renew($1, $2, $3)"),
             read: format!(
                 "SELECT owner, token, kind, label, {ms_left} FROM {s}.entries \

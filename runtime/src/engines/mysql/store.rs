@@ -6,8 +6,8 @@
 //! tells no change to another connection.
 
 use super::client::{is_deadlock, Connection};
-use super::presence::{self, Shards};
-use super::sql::{hex, render, schema_request, Arg, Statements, MAX_LOCK_NAME};
+use super::presence::Shards;
+use super::sql::{render, schema_request, Arg, Statements, MAX_LOCK_NAME};
 use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
 use crate::engines::queue::order::{kind_of, tag, Entry};
@@ -191,36 +191,33 @@ impl Store for MySqlStore {
             Arg::Int(ttl.as_millis().max(1) as i64),
             Arg::Int(self.lock_wait_s()),
         ];
-        // The presence first, in the same request: a waiter that reads the entry finds it.
-        let name = presence::name(&hex(lock.as_bytes()), &hex(owner.as_str().as_bytes()));
-        let sql = format!(
-            "{};\n{}",
-            presence::take(&name),
-            render(&self.sql.join, &args)
-        );
+        // On its key's shard: the join takes the entry's presence on that connection.
         let at = self.wakes.now();
-        let rows = self.run(Some(&lock), &sql).await?;
-        Ok(Read {
-            entries: MySqlStore::entries(&rows)?,
-            at,
-        })
+        let rows = self
+            .run(Some(&lock), &render(&self.sql.join, &args))
+            .await?;
+        let entries = MySqlStore::entries(&rows)?;
+        if let Some(mine) = entries.iter().find(|entry| entry.owner == owner.as_str()) {
+            self.shards.joined(&lock, owner.as_str(), mine.token);
+        }
+        Ok(Read { entries, at })
     }
 
     async fn leave(&self, key: &str, owner: &Owner) -> EngineResult<Presence> {
         let lock = self.lock(key)?;
+        // The token the join read: its presence goes even if another deleted the entry.
+        let token = self.shards.token_of(&lock, owner.as_str());
         let args = [
             Arg::Bytes(lock.as_bytes()),
             Arg::Bytes(owner.as_str().as_bytes()),
+            Arg::Int(token.unwrap_or(0) as i64),
             Arg::Int(self.lock_wait_s()),
         ];
-        // The presence last, in the same request: a waiter woken finds the entry gone.
-        let name = presence::name(&hex(lock.as_bytes()), &hex(owner.as_str().as_bytes()));
-        let sql = format!(
-            "{};\n{}",
-            render(&self.sql.leave, &args),
-            presence::give_back(&name)
-        );
-        let rows = self.run(Some(&lock), &sql).await?;
+        // On its key's shard, which holds the presence the leave gives back.
+        let rows = self
+            .run(Some(&lock), &render(&self.sql.leave, &args))
+            .await?;
+        self.shards.left(&lock, owner.as_str());
         Ok(Presence::from_code(MySqlStore::answer(&rows, "leave")?))
     }
 
@@ -269,14 +266,12 @@ impl Store for MySqlStore {
             Arg::Int(entry.token as i64),
             Arg::Int(self.lock_wait_s()),
         ];
-        // An entry of this process gives its presence back (another's is not this session's).
-        let name = presence::name(&hex(lock.as_bytes()), &hex(entry.owner.as_bytes()));
-        let sql = format!(
-            "{};\n{}",
-            render(&self.sql.remove, &args),
-            presence::give_back(&name)
-        );
-        let rows = self.run(Some(&lock), &sql).await?;
+        // On its key's shard: an entry of this process gives its presence back there (another's
+        // is not this session's).
+        let rows = self
+            .run(Some(&lock), &render(&self.sql.remove, &args))
+            .await?;
+        self.shards.left(&lock, &entry.owner);
         Ok(MySqlStore::answer(&rows, "remove")? == 1)
     }
 
@@ -306,8 +301,11 @@ impl Store for MySqlStore {
                 .collect(),
             LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
         };
-        let owners: Vec<&str> = blockers.iter().map(|entry| entry.owner.as_str()).collect();
-        self.wakes.watch(&lock, &hex(lock.as_bytes()), &owners);
+        let blockers: Vec<(&str, u64)> = blockers
+            .iter()
+            .map(|entry| (entry.owner.as_str(), entry.token))
+            .collect();
+        self.wakes.watch(&lock, self.schema(), &blockers);
     }
 
     async fn keys(&self) -> EngineResult<Vec<String>> {

@@ -86,14 +86,14 @@ impl Wakes {
         futures_util::stream::poll_fn(move |cx| told.poll_recv(cx)).boxed()
     }
 
-    /// Watches the presences of `owners` in the queue `lock` (the names [`presence::name`]
-    /// makes of `lock_hex` and each owner), where this process follows the queue.
-    pub(crate) fn watch(&self, lock: &str, lock_hex: &str, owners: &[&str]) {
+    /// Watches the presences of `entries` (owner, token) in the queue `lock` of the lock
+    /// database `schema`, where this process follows the queue.
+    pub(crate) fn watch(&self, lock: &str, schema: &str, entries: &[(&str, u64)]) {
         let mut queues = lock_map(&self.queues);
         let Some(queue) = queues.get_mut(lock) else {
             return;
         };
-        for owner in owners {
+        for (owner, token) in entries {
             if queue.watching.contains(*owner) || queue.found_free.contains(*owner) {
                 continue;
             }
@@ -105,7 +105,7 @@ impl Wakes {
                 lock: lock.to_owned(),
                 queue: queue.id,
                 owner: (*owner).to_owned(),
-                name: presence::name(lock_hex, &super::sql::hex(owner.as_bytes())),
+                name: presence::name(schema, *token),
             };
             tokio::spawn(watch.run());
         }
