@@ -48,6 +48,10 @@ WORKLOADS:
                  distributed-lock-postgres 0.2.0 (session advisory locks), sequential and
                  --contenders tasks on one key: cycles/s, critical sections/s, fairness, worst
                  wait, client and server CPU per cycle
+    mysql        a MariaDB server of its own (commits not flushed to the disk): distlock's MySQL
+                 engine beside distributed-lock-mysql 0.2.0 (GET_LOCK user-level locks),
+                 sequential and --contenders tasks on one key: cycles/s, critical sections/s,
+                 fairness, worst wait, client and server CPU per cycle
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -98,10 +102,11 @@ pub(crate) enum Workload {
     Etcd,
     OpenLoop,
     Postgres,
+    Mysql,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 10] = [
+    pub(crate) const ALL: [Workload; 11] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -112,6 +117,7 @@ impl Workload {
         Workload::Etcd,
         Workload::OpenLoop,
         Workload::Postgres,
+        Workload::Mysql,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -126,6 +132,7 @@ impl Workload {
             Workload::Etcd => "etcd",
             Workload::OpenLoop => "open",
             Workload::Postgres => "postgres",
+            Workload::Mysql => "mysql",
         }
     }
 }
@@ -297,7 +304,7 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                 })
                 .map_err(|name| {
                     format!(
-                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres"
+                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres, mysql"
                     )
                 })?
             }

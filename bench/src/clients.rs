@@ -11,9 +11,9 @@ use std::time::Duration;
 
 /// TTL of the peers' locks and of `distlock-fixed`; long enough never to expire in a workload.
 pub(crate) const FIXED_TTL: Duration = Duration::from_secs(10);
-/// distlock's wait budget when a key is busy, and distributed-lock-postgres's: far beyond any
-/// wait a workload can see, so a `Busy` result (a timeout) is a failure worth reporting, not part
-/// of the workload.
+/// distlock's wait budget when a key is busy, and distributed-lock-postgres's and
+/// distributed-lock-mysql's: far beyond any wait a workload can see, so a `Busy` result (a
+/// timeout) is a failure worth reporting, not part of the workload.
 const DISTLOCK_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) const RSLOCK_VERSION: &str = "0.10.0";
@@ -37,6 +37,9 @@ pub(crate) enum LibId {
     /// pooled sqlx 0.8 connection, held until `pg_advisory_unlock`): the postgres workload's
     /// peer.
     DistributedLockPg,
+    /// distributed-lock-mysql: MySQL user-level locks (`GET_LOCK` on a pooled sqlx 0.8
+    /// connection, held until `RELEASE_LOCK`): the mysql workload's peer.
+    DistributedLockMysql,
 }
 
 impl LibId {
@@ -56,6 +59,7 @@ impl LibId {
             LibId::FifoFloor => "fifo-floor",
             LibId::EtcdLock => "etcd-lock",
             LibId::DistributedLockPg => "distributed-lock-pg",
+            LibId::DistributedLockMysql => "distributed-lock-mysql",
         }
     }
 
@@ -83,6 +87,7 @@ enum Inner {
     FifoFloor(Box<FifoFloor>),
     EtcdLock(Box<EtcdSession>),
     DistributedLockPg(distributed_lock_postgres::PostgresLockProvider),
+    DistributedLockMysql(distributed_lock_mysql::MySqlLockProvider),
 }
 
 /// An etcd-client connection, and the sessions its locks are taken in: etcd's lock service
@@ -145,6 +150,9 @@ pub(crate) enum Held {
     /// The pooled connection that holds the advisory lock, given back to the pool at the
     /// release.
     DistributedLockPg(distributed_lock_postgres::handle::PostgresLockHandle),
+    /// The pooled connection that holds the user-level lock, given back to the pool at the
+    /// release.
+    DistributedLockMysql(distributed_lock_mysql::MySqlLockHandle),
 }
 
 impl Client {
@@ -170,6 +178,11 @@ impl Client {
             LibId::EtcdLock => return Err("etcd-lock connects with Client::etcd_lock".into()),
             LibId::DistributedLockPg => {
                 return Err("distributed-lock-pg connects with Client::distributed_lock_pg".into())
+            }
+            LibId::DistributedLockMysql => {
+                return Err(
+                    "distributed-lock-mysql connects with Client::distributed_lock_mysql".into(),
+                )
             }
         };
         Ok(Client { lib, inner })
@@ -207,6 +220,22 @@ impl Client {
         })
     }
 
+    /// distributed-lock-mysql on the MySQL or MariaDB at `url`, through the pool its builder
+    /// opens from a connection string: sqlx's default pool, up to 10 connections, each checked by
+    /// a round trip when it is taken from the pool and again when it is given back; no
+    /// keepalive queries while a lock is held (its default).
+    pub(crate) async fn distributed_lock_mysql(url: &str) -> Result<Client, String> {
+        let provider = distributed_lock_mysql::MySqlLockProviderBuilder::new()
+            .connection_string(url)
+            .build()
+            .await
+            .map_err(|err| format!("distributed-lock-mysql: {err}"))?;
+        Ok(Client {
+            lib: LibId::DistributedLockMysql,
+            inner: Inner::DistributedLockMysql(provider),
+        })
+    }
+
     /// distlock on a backend built by the caller (a setting the other libraries lack), with the
     /// watchdog lease.
     pub(crate) fn distlock(backend: Backend) -> Client {
@@ -230,7 +259,9 @@ impl Client {
     /// delay of up to 200 ms), redlock's `lock` in a loop (what its `acquire` does, retrying
     /// after a random sleep of up to 200 ms), distributed-lock-postgres's `acquire` with
     /// distlock's wait budget (which PostgreSQL enforces as `lock_timeout` while the waiter sits
-    /// in its lock queue, inside `pg_advisory_lock`).
+    /// in its lock queue, inside `pg_advisory_lock`), distributed-lock-mysql's `acquire` with
+    /// the same budget (`GET_LOCK`'s timeout: the waiter blocks inside the server until the
+    /// holder's `RELEASE_LOCK` or the timeout).
     pub(crate) async fn acquire(&self, key: &str) -> Result<Held, String> {
         match &self.inner {
             Inner::Distlock { backend, lease } => Lock::new(key)
@@ -281,6 +312,12 @@ impl Client {
                 .await
                 .map(Held::DistributedLockPg)
                 .map_err(|err| err.to_string()),
+            Inner::DistributedLockMysql(provider) => provider
+                .create_lock(&peer_key("distributed-lock-mysql", key))
+                .acquire(Some(DISTLOCK_WAIT))
+                .await
+                .map(Held::DistributedLockMysql)
+                .map_err(|err| err.to_string()),
         }
     }
 
@@ -313,6 +350,11 @@ impl Client {
             // Its release answers `Ok` whatever `pg_advisory_unlock` answered (a failure is only
             // logged), so an error here is never seen.
             (Inner::DistributedLockPg(_), Held::DistributedLockPg(handle)) => {
+                handle.release().await.map_err(|err| err.to_string())
+            }
+            // Its release answers `Ok` whatever `RELEASE_LOCK` answered (1, 0 for a lock this
+            // connection does not hold, NULL for none), so only a failed statement is seen.
+            (Inner::DistributedLockMysql(_), Held::DistributedLockMysql(handle)) => {
                 handle.release().await.map_err(|err| err.to_string())
             }
             _ => Err("a lock released through another library's client".into()),

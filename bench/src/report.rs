@@ -353,6 +353,7 @@ impl Report {
         }
         targets.extend(self.open_loop_targets());
         targets.extend(self.postgres_targets(config));
+        targets.extend(self.mysql_targets(config));
         // Reported, not judged: on two cores the masters and the client share the CPUs, so the
         // ratio is a CPU ratio, set by the fenced script every master runs.
         targets.push(Target::report(
@@ -462,6 +463,42 @@ impl Report {
                 "postgres_contended",
                 "postgres: largest worker share of the mean",
                 self.num("postgres_contended", d, "worker_share_max"),
+                1.2,
+                "",
+            ),
+        ]
+    }
+
+    /// The mysql workload's targets: both rates are reported, not judged (no goal was set for
+    /// them; a lease row is a committed write, a user-level lock is not); the tasks must share
+    /// the lock as evenly as on the other servers.
+    fn mysql_targets(&self, config: &Config) -> [Target; 4] {
+        let d = LibId::Distlock;
+        [
+            Target::report(
+                "mysql_sequential",
+                "mysql: cycles/s as a ratio to distributed-lock-mysql",
+                self.num("mysql_sequential", d, "ratio_to_distributed_lock_mysql"),
+            ),
+            Target::report(
+                "mysql_contended",
+                &format!(
+                    "mysql: critical sections/s, {} tasks, as a ratio to distributed-lock-mysql",
+                    config.contenders
+                ),
+                self.num("mysql_contended", d, "ratio_to_distributed_lock_mysql"),
+            ),
+            Target::at_least(
+                "mysql_contended",
+                "mysql: smallest worker share of the mean",
+                self.num("mysql_contended", d, "worker_share_min"),
+                0.8,
+                "",
+            ),
+            Target::at_most(
+                "mysql_contended",
+                "mysql: largest worker share of the mean",
+                self.num("mysql_contended", d, "worker_share_max"),
                 1.2,
                 "",
             ),
@@ -842,6 +879,7 @@ impl Report {
         }
 
         self.postgres_sections(&mut out, config);
+        self.mysql_sections(&mut out, config);
 
         let _ = writeln!(out, "\nTargets (distlock, medians)");
         for t in &self.targets {
@@ -885,6 +923,48 @@ impl Report {
             &[
                 ("CS/s", "cs_per_s"),
                 ("x distributed-lock-pg", "ratio_to_distributed_lock_pg"),
+                ("share min", "worker_share_min"),
+                ("share max", "worker_share_max"),
+                ("wait p50 us", "wait_p50_us"),
+                ("wait max us", "wait_max_us"),
+                ("violations", "violations"),
+            ],
+        );
+    }
+
+    /// The mysql workload's tables: 11a and 11b.
+    fn mysql_sections(&self, out: &mut String, config: &Config) {
+        self.section(
+            out,
+            "mysql_sequential",
+            "11a. MariaDB (no log flush per commit), sequential: 1 task, acquire + release of \
+             distinct keys",
+            &[
+                ("cycles/s", "cycles_per_s"),
+                ("p50 us", "p50_us"),
+                ("p99 us", "p99_us"),
+                (
+                    "x distributed-lock-mysql",
+                    "ratio_to_distributed_lock_mysql",
+                ),
+                ("client CPU us/cycle", "client_cpu_us_per_cycle"),
+                ("MariaDB CPU us/cycle", "mysql_cpu_us_per_cycle"),
+            ],
+        );
+        self.section(
+            out,
+            "mysql_contended",
+            &format!(
+                "11b. MariaDB (no log flush per commit), contended: {} tasks in one process on \
+                 one key",
+                config.contenders
+            ),
+            &[
+                ("CS/s", "cs_per_s"),
+                (
+                    "x distributed-lock-mysql",
+                    "ratio_to_distributed_lock_mysql",
+                ),
                 ("share min", "worker_share_min"),
                 ("share max", "worker_share_max"),
                 ("wait p50 us", "wait_p50_us"),

@@ -6,9 +6,9 @@ use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
 use crate::workloads::{
-    attribute, contended, etcd, held, open_loop, postgres, redlock, replicated, uncontended,
+    attribute, contended, etcd, held, mysql, open_loop, postgres, redlock, replicated, uncontended,
 };
-use distlock_test_support::{EtcdCluster, PgServer, RedisServer, ServerConfig};
+use distlock_test_support::{EtcdCluster, MariaDbServer, PgServer, RedisServer, ServerConfig};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 23] = [
+pub(crate) const SECTIONS: [&str; 25] = [
     "sequential",
     "parallel",
     "contended",
@@ -41,6 +41,8 @@ pub(crate) const SECTIONS: [&str; 23] = [
     "open_zipf_90",
     "postgres_sequential",
     "postgres_contended",
+    "mysql_sequential",
+    "mysql_contended",
 ];
 
 /// The open-loop sections: key choice, offered rate in percent of rslock's closed-loop parallel
@@ -145,6 +147,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     let mut etcd_cluster: Option<EtcdCluster> = None;
     // The postgres workload's server, likewise.
     let mut pg_server: Option<PgServer> = None;
+    // The mysql workload's server, likewise.
+    let mut mariadb_server: Option<MariaDbServer> = None;
     let mut measured = Measured {
         redis_version,
         placement,
@@ -186,12 +190,13 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                                     .await
                             }
                             // A fixed lease is never renewed: nothing to measure. The FIFO
-                            // floor, etcd's lock service and distributed-lock-postgres are never
-                            // among `config.libs`.
+                            // floor, etcd's lock service, distributed-lock-postgres and
+                            // distributed-lock-mysql are never among `config.libs`.
                             LibId::DistlockFixed
                             | LibId::FifoFloor
                             | LibId::EtcdLock
-                            | LibId::DistributedLockPg => continue,
+                            | LibId::DistributedLockPg
+                            | LibId::DistributedLockMysql => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -258,6 +263,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     )
                     .await
                 }
+                Workload::Mysql => mysql_sections(config, &mut mariadb_server, rep).await?,
                 Workload::Replicated => {
                     if replicated_pair.is_empty() {
                         let primary = RedisServer::start_with(server_config(config));
@@ -292,6 +298,27 @@ impl Measured {
     fn push(&mut self, section: &'static str, rows: Vec<(LibId, Outcome)>) {
         self.samples.entry(section).or_default().push(rows);
     }
+}
+
+/// The mysql workload's repetition `rep`, on the MariaDB server started (into `server`) at its
+/// first repetition and kept for the whole run, as the postgres workload's.
+async fn mysql_sections(
+    config: &Config,
+    server: &mut Option<MariaDbServer>,
+    rep: usize,
+) -> Result<Vec<(&'static str, Vec<(LibId, Outcome)>)>, String> {
+    if server.is_none() {
+        *server = Some(mysql::start(config.pin)?);
+    }
+    let server = server.as_ref().expect("started above");
+    Ok(mysql::run(
+        server,
+        config.duration,
+        config.contenders,
+        config.critical_section,
+        rep,
+    )
+    .await)
 }
 
 /// The open loop: rslock's closed-loop capacity with `config.tasks` tasks is measured first;

@@ -77,12 +77,14 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         assert_eq!(floor["violations"], 0.0, "{section}: {floor}");
     }
     assert!(json["results"]["sequential"]["fifo-floor"].is_null());
-    // The servers of their own: etcd's and PostgreSQL's sections have both rows.
+    // The servers of their own: etcd's, PostgreSQL's and MariaDB's sections have both rows.
     for (section, peer) in [
         ("etcd_sequential", "etcd-lock"),
         ("etcd_contended", "etcd-lock"),
         ("postgres_sequential", "distributed-lock-pg"),
         ("postgres_contended", "distributed-lock-pg"),
+        ("mysql_sequential", "distributed-lock-mysql"),
+        ("mysql_contended", "distributed-lock-mysql"),
     ] {
         for lib in ["distlock", peer] {
             let row = &json["results"][section][lib];
@@ -92,10 +94,12 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
             );
         }
     }
-    assert_eq!(
-        json["results"]["postgres_contended"]["distlock"]["violations"], 0.0,
-        "{json}"
-    );
+    for section in ["postgres_contended", "mysql_contended"] {
+        assert_eq!(
+            json["results"][section]["distlock"]["violations"], 0.0,
+            "{section}: {json}"
+        );
+    }
     // The multi-process sections count sections per process, one count per process.
     for (section, processes) in [
         ("contended_processes", 2),

@@ -5,6 +5,7 @@ pub(crate) mod attribute;
 pub(crate) mod contended;
 pub(crate) mod etcd;
 pub(crate) mod held;
+pub(crate) mod mysql;
 pub(crate) mod open_loop;
 pub(crate) mod postgres;
 pub(crate) mod redlock;
