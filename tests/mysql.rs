@@ -295,3 +295,100 @@ async fn a_user_without_the_grants_is_told_what_to_grant() {
         "the lock user has more than the lock grants"
     );
 }
+
+/// The InnoDB deadlocks the server has detected since it started.
+fn deadlocks(server: &MariaDbServer) -> u64 {
+    server
+        .sql(
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'",
+        )
+        .parse()
+        .unwrap()
+}
+
+/// Waits (at most 10 s) until a transaction waits for a row lock; whether one did. No event
+/// tells it: each round asks the server once more.
+fn until_a_lock_wait(server: &MariaDbServer) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let waiting =
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
+    while server.sql(waiting) == "0" {
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+    true
+}
+
+/// A join that deadlocks with the application's transaction is sent again, with the same owner,
+/// and the lock is granted; nothing reports a lost lock. The join holds the key's row and waits
+/// for an expired entry the application has locked; the application, which has written more,
+/// then asks for the key's row, and InnoDB rolls the join back (1213) as the smaller of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_that_deadlocks_is_sent_again_and_the_lock_is_granted() {
+    let server = Mysql::server();
+    let lock = format!("{PREFIX}:{{deadlocked}}");
+    server.sql(&format!(
+        "CREATE TABLE test.scratch (n INT PRIMARY KEY) ENGINE = InnoDB; \
+         INSERT INTO {SCHEMA}.entries (lock_key, owner, kind, label, expires_at) \
+         VALUES ('{lock}', 'gone', 'W', 'gone', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)"
+    ));
+    let before = deadlocks(&server);
+    let mut app = MySqlConnection::connect(&server.url()).await.unwrap();
+    for statement in [
+        "BEGIN".to_owned(),
+        // More rows written than a join writes: InnoDB rolls the smaller transaction back.
+        "INSERT INTO test.scratch WITH RECURSIVE s(n) AS \
+         (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) SELECT n FROM s"
+            .to_owned(),
+        // `expires_at` is in no secondary index: the row itself is locked, as the fence locks
+        // it (a read an index covers locks only the index's entry).
+        format!(
+            "SELECT owner, expires_at FROM {SCHEMA}.entries WHERE lock_key = '{lock}' \
+             LOCK IN SHARE MODE"
+        ),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut app)
+            .await
+            .unwrap();
+    }
+    let backend = backend(&server.url(), Duration::from_secs(5));
+    let acquire = tokio::spawn({
+        let backend = backend.clone();
+        async move {
+            let guard = Lock::new("deadlocked")
+                .on(&backend)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await?;
+            guard.release().await
+        }
+    });
+    // The join holds the key's row and waits for the expired entry's.
+    let waited = until_a_lock_wait(&server);
+    assert!(
+        waited,
+        "the join never waited for the row (the acquire finished: {}); transactions: {}; \
+         sessions: {}",
+        acquire.is_finished(),
+        server.sql("SELECT trx_state, trx_query FROM information_schema.INNODB_TRX"),
+        server.sql("SELECT ID, COMMAND, STATE, INFO FROM information_schema.PROCESSLIST"),
+    );
+    let closing =
+        format!("SELECT lock_key FROM {SCHEMA}.locks WHERE lock_key = '{lock}' FOR UPDATE");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(closing))
+        .execute(&mut app)
+        .await
+        .expect("InnoDB rolls the join back, not the application's larger transaction");
+    sqlx::raw_sql("COMMIT").execute(&mut app).await.unwrap();
+    let released = acquire.await.unwrap();
+    let after = deadlocks(&server);
+    eprintln!(
+        "MYSQL deadlock: {} detected; the acquire answered {released:?}",
+        after - before
+    );
+    assert!(after > before, "no deadlock happened");
+    released.expect("the join sent again after the deadlock is granted the lock");
+}

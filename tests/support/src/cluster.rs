@@ -303,31 +303,42 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The master serving `slot` now, according to `CLUSTER SLOTS` on a
-    /// running master (masters learn of failovers and migrations first;
-    /// replicas may lag by some gossip).
+    /// The master serving `slot` now, according to `CLUSTER SLOTS` on the
+    /// running masters (masters learn of failovers and migrations first;
+    /// replicas may lag by some gossip): the first that names an owner. Right
+    /// after a failover a master the news has not reached yet maps the slot
+    /// to no one; the promoted master, which took it over, names itself.
     ///
     /// # Panics
     ///
-    /// If `slot` is not below 16384, no master is running, or the slot is not
-    /// served by one of this cluster's nodes.
+    /// If `slot` is not below 16384, no master is running, or no running
+    /// master says the slot is served by one of this cluster's nodes.
     pub fn node_for_slot(&self, slot: u16) -> &RedisServer {
         assert!(
             slot < SLOTS,
             "node_for_slot: slot {slot} is not below {SLOTS}"
         );
-        let asked = self.any_master();
-        let owner = slot_map(asked)
-            .into_iter()
-            .find(|range| (range.first..=range.last).contains(&slot))
-            .map(|range| range.master)
-            .unwrap_or_else(|| {
-                panic!(
-                    "node_for_slot: node {} serves slot {slot} by no one: {:?}",
-                    asked.port(),
-                    asked.command(&["CLUSTER", "SLOTS"])
-                )
-            });
+        let masters = self.masters();
+        assert!(!masters.is_empty(), "no master of the cluster is running");
+        let owner = masters.iter().find_map(|asked| {
+            slot_map(asked)
+                .into_iter()
+                .find(|range| (range.first..=range.last).contains(&slot))
+                .map(|range| range.master)
+        });
+        let owner = owner.unwrap_or_else(|| {
+            let maps: Vec<String> = masters
+                .iter()
+                .map(|asked| {
+                    format!(
+                        "{}: {:?}",
+                        asked.port(),
+                        asked.command(&["CLUSTER", "SLOTS"])
+                    )
+                })
+                .collect();
+            panic!("node_for_slot: slot {slot} is served by no one: {maps:?}")
+        });
         self.node(owner)
     }
 

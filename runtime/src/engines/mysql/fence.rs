@@ -11,6 +11,10 @@
 //! transaction commits or rolls back — the writes commit under the lock — or a row is gone and
 //! the call fails, so the transaction never commits a write of a holder whose lock is gone.
 //!
+//! The read takes `expires_at`, which no secondary index holds, so the lock is on the row itself
+//! (InnoDB's clustered record), which every deletion must lock too; a read that an index covers
+//! would lock only the index's entry.
+//!
 //! InnoDB's shared row lock holds back updates of the row too: while the transaction is open,
 //! the holder's own renewals wait for it (each up to a second, then counted as failed and
 //! asked again). Keep a fenced transaction well under the lease.
