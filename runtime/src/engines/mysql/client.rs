@@ -6,22 +6,19 @@ use crate::engines::settings::Timeouts;
 use crate::engines::sql::connection;
 use crate::util::tls_advice::{self, Hints};
 use sqlx::mysql::{MySql, MySqlConnectOptions};
-use sqlx::ConnectOptions;
 
 /// The store's connections.
 pub(crate) type Connection = connection::Connection<MySql>;
 
 /// Connections with `options`: every request is one text-protocol statement with its values
-/// written in (see `sql::render`), so sqlx's statement log — which would show the owners,
-/// secrets — is off, and no statement is kept prepared.
+/// written in (see `sql::render`), so no statement is kept prepared (and, as on every
+/// connection of the database stores, sqlx's statement log, which would show the owners, is off).
 pub(crate) fn connect(
     options: MySqlConnectOptions,
     timeouts: Timeouts,
     describe: String,
 ) -> Connection {
-    let options = options
-        .statement_cache_capacity(0)
-        .disable_statement_logging();
+    let options = options.statement_cache_capacity(0);
     Connection::new(options, timeouts, describe, "MySQL", failure)
 }
 

@@ -5,22 +5,19 @@ use crate::engines::engine::EngineFailure;
 use crate::engines::sql::connection;
 use crate::util::tls_advice::{self, Hints};
 use sqlx::postgres::{PgConnectOptions, Postgres};
-use sqlx::ConnectOptions;
 
 /// The store's connections.
 pub(crate) type Connection = connection::Connection<Postgres>;
 
 /// Connections with `options`: every request is one simple-protocol query with its values
-/// written in (see `sql::render`), so sqlx's statement log — which would show the owners,
-/// secrets — is off, and no statement is kept prepared.
+/// written in (see `sql::render`), so no statement is kept prepared (and, as on every
+/// connection of the database stores, sqlx's statement log, which would show the owners, is off).
 pub(crate) fn connect(
     options: PgConnectOptions,
     timeouts: crate::engines::settings::Timeouts,
     describe: String,
 ) -> Connection {
-    let options = options
-        .statement_cache_capacity(0)
-        .disable_statement_logging();
+    let options = options.statement_cache_capacity(0);
     Connection::new(options, timeouts, describe, "PostgreSQL", failure)
 }
 

@@ -66,11 +66,12 @@ async fn fence_leases(
 ) -> Result<(), LockError> {
     let fenced = Fenced::of(backend, leases, Deployment::Postgres, "PostgreSQL")?;
     let statement = Statements::of(fenced.schema).fence;
+    let owners: Vec<&str> = leases.iter().map(|lease| lease.owner.as_str()).collect();
     // Bound, not written in: the owners are secrets, and the statement may be logged by the
     // application's connection. Unnamed (not kept prepared), for a transaction-mode pooler.
     let rows = sqlx::query(AssertSqlSafe(statement))
         .bind(&fenced.names)
-        .bind(&fenced.owners)
+        .bind(&owners)
         .bind(&fenced.tokens)
         .persistent(false)
         .fetch_all(&mut *connection)

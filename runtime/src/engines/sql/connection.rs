@@ -54,7 +54,7 @@ pub(crate) struct Connection<DB: Database> {
 }
 
 impl<DB: Database> Connection<DB> {
-    /// Connections with `options`, which the store made log no statement: its statements hold
+    /// Connections with `options`, made to log no statement: the stores' statements hold
     /// owners, which are secrets.
     pub(crate) fn new(
         options: <DB::Connection as sqlx::Connection>::Options,
@@ -64,7 +64,7 @@ impl<DB: Database> Connection<DB> {
         failure: ReadFailure,
     ) -> Connection<DB> {
         Connection {
-            options,
+            options: sqlx::ConnectOptions::disable_statement_logging(options),
             pool: OnceLock::new(),
             size: POOL_SIZE,
             timeouts,

@@ -9,14 +9,11 @@ use crate::lock::lease::HeldLease;
 use crate::Backend;
 use std::sync::Arc;
 
-/// The locks a fence checks, on one backend: their names, owners and tokens.
+/// The locks a fence checks, on one backend: their leases, names and tokens.
 pub(crate) struct Fenced<'a> {
     pub(crate) schema: &'a str,
     pub(crate) leases: &'a [Arc<HeldLease>],
     pub(crate) names: Vec<String>,
-    /// Only PostgreSQL's fence names the owners (MySQL's finds an entry by its token).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) owners: Vec<String>,
     pub(crate) tokens: Vec<i64>,
 }
 
@@ -82,10 +79,6 @@ impl<'a> Fenced<'a> {
             names: leases
                 .iter()
                 .map(|lease| lock_name(prefix, &lease.key))
-                .collect(),
-            owners: leases
-                .iter()
-                .map(|lease| lease.owner.as_str().to_owned())
                 .collect(),
             tokens: leases.iter().map(|lease| lease.fence as i64).collect(),
         })
