@@ -147,6 +147,18 @@ async fn calibrate(backend: &Backend, attr: Annotated) -> Duration {
 /// (`calibrate`), which another run beside it would shift.
 static ONE_BACKEND_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// On MySQL, no transaction is left open on the server: each request is one procedure call that
+/// commits or rolls back before it answers, so none cancelled mid-way leaves one behind.
+fn no_transaction_left_open<F: Fixture>(fx: &F) {
+    let open_transactions = fx
+        .mysql()
+        .map(|server| server.sql("SELECT COUNT(*) FROM information_schema.INNODB_TRX"));
+    assert!(
+        open_transactions.as_deref().is_none_or(|open| open == "0"),
+        "{open_transactions:?} transactions left open"
+    );
+}
+
 async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     registry_name: &'static str,
     attr: Annotated,
@@ -243,15 +255,7 @@ async fn cancelled_calls_leave_nothing_held<F: Fixture>(
     tokio::time::sleep(SETTLE).await;
     let keys = used_keys.lock().unwrap().clone();
     let held = fx.held_keys(&keys).await;
-    // Each MySQL request is one procedure call that commits or rolls back before it answers:
-    // none cancelled mid-way leaves a transaction open on the server.
-    let open_transactions = fx
-        .mysql()
-        .map(|server| server.sql("SELECT COUNT(*) FROM information_schema.INNODB_TRX"));
-    assert!(
-        open_transactions.as_deref().is_none_or(|open| open == "0"),
-        "{open_transactions:?} transactions left open"
-    );
+    no_transaction_left_open(&fx);
     let stats = backend.stats();
     let counts = counts.lock().unwrap();
     eprintln!(

@@ -366,59 +366,102 @@ fn pg_url(server: &PgServer, user: &str, query: &str) -> String {
     )
 }
 
-/// PostgreSQL over TLS, set as its own clients set it (`sslmode` and `sslrootcert` in the URL):
-/// locks work against a server that takes only TLS, and each way of getting TLS wrong fails at
-/// `ping()` at once, with an error that says which it is.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_over_tls_names_every_way_of_getting_tls_wrong() {
-    let pki = TestPki::generate();
-    let tls = PgServer::start_tls(&pki, ServerCert::Valid);
-    let expired = PgServer::start_tls(&pki, ServerCert::Expired);
-    let misnamed = PgServer::start_tls(&pki, ServerCert::Misnamed);
-    let plain = PgServer::start();
-    let verify =
-        |ca: std::path::PathBuf| format!("sslmode=verify-full&sslrootcert={}", ca.display());
-    let good = Backend::builder(pg_url(&tls, "postgres", &verify(pki.ca())))
+/// How a database's URL asks for TLS, and what its errors advise: the cases of
+/// [`database_over_tls_names_every_way_of_getting_tls_wrong`].
+struct TlsUrls {
+    store: &'static str,
+    /// `<scheme>://<user>@127.0.0.1:<port>/<database>?<query>` for a port and a query.
+    url: fn(u16, &str) -> String,
+    /// The query that verifies the server's certificate with the CA file given.
+    verify: fn(&std::path::Path) -> String,
+    /// The queries that demand TLS, and that refuse it.
+    require: &'static str,
+    disable: &'static str,
+    /// What the errors of a CA not trusted, a plain server behind `require`, and a TLS-only
+    /// server behind `disable` name.
+    ca_named: &'static str,
+    plain_named: &'static str,
+    tls_only_named: &'static str,
+}
+
+/// A database over TLS, set as its own clients set it (in the URL): locks work against a server
+/// that takes only TLS (on `ports[0]`), and each way of getting TLS wrong fails at `ping()` at
+/// once, with an error that says which it is: the wrong CA, an expired server certificate
+/// (`ports[1]`), one for another host (`ports[2]`), a plain server (`ports[3]`) behind a URL
+/// that demands TLS, and the TLS-only server behind one that refuses it.
+async fn database_over_tls_names_every_way_of_getting_tls_wrong(
+    urls: TlsUrls,
+    pki: &TestPki,
+    ports: [u16; 4],
+) {
+    let [tls, expired, misnamed, plain] = ports;
+    let good = Backend::builder((urls.url)(tls, &(urls.verify)(&pki.ca())))
         .prefix(PREFIX)
         .create_schema(true)
         .build()
         .unwrap();
     good.ping().await.expect("TLS with the CA");
-    let token = Lock::new("pg-tls")
+    let token = Lock::new(format!("{}-tls", urls.store))
         .on(&good)
         .run(async { distlock::fencing_token() })
         .await
         .unwrap();
     assert!(token.is_some());
+    let require = format!("a plain server behind {}", urls.require);
+    let disable = format!("a TLS-only server behind {}", urls.disable);
     let cases = [
         (
             "a CA that did not sign the server's certificate",
-            pg_url(&tls, "postgres", &verify(pki.other_ca())),
-            "is not signed by a CA the client trusts; set `sslrootcert`",
+            (urls.url)(tls, &(urls.verify)(&pki.other_ca())),
+            urls.ca_named,
         ),
         (
             "an expired server certificate",
-            pg_url(&expired, "postgres", &verify(pki.ca())),
+            (urls.url)(expired, &(urls.verify)(&pki.ca())),
             "has expired",
         ),
         (
             "a server certificate for another host",
-            pg_url(&misnamed, "postgres", &verify(pki.ca())),
+            (urls.url)(misnamed, &(urls.verify)(&pki.ca())),
             "does not name the host in the URL",
         ),
         (
-            "a plain server behind sslmode=require",
-            pg_url(&plain, "postgres", "sslmode=require"),
-            "a server without TLS takes `sslmode=disable`",
+            require.as_str(),
+            (urls.url)(plain, urls.require),
+            urls.plain_named,
         ),
         (
-            "a TLS-only server behind sslmode=disable",
-            pg_url(&tls, "postgres", "sslmode=disable"),
-            "the server takes only TLS connections from this host",
+            disable.as_str(),
+            (urls.url)(tls, urls.disable),
+            urls.tls_only_named,
         ),
     ];
     let cases = cases.map(|(case, url, named)| (case, Backend::builder(url).prefix(PREFIX), named));
-    each_named("postgres", cases, Duration::from_secs(5)).await;
+    each_named(urls.store, cases, Duration::from_secs(5)).await;
+}
+
+/// PostgreSQL over TLS (`hostssl` only), set as libpq sets it: `sslmode` and `sslrootcert`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_names_every_way_of_getting_tls_wrong() {
+    let pki = TestPki::generate();
+    let servers = [
+        PgServer::start_tls(&pki, ServerCert::Valid),
+        PgServer::start_tls(&pki, ServerCert::Expired),
+        PgServer::start_tls(&pki, ServerCert::Misnamed),
+        PgServer::start(),
+    ];
+    let urls = TlsUrls {
+        store: "postgres",
+        url: |port, query| format!("postgres://postgres@127.0.0.1:{port}/postgres?{query}"),
+        verify: |ca| format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+        require: "sslmode=require",
+        disable: "sslmode=disable",
+        ca_named: "is not signed by a CA the client trusts; set `sslrootcert`",
+        plain_named: "a server without TLS takes `sslmode=disable`",
+        tls_only_named: "the server takes only TLS connections from this host",
+    };
+    let ports = servers.each_ref().map(PgServer::port);
+    database_over_tls_names_every_way_of_getting_tls_wrong(urls, &pki, ports).await;
 }
 
 /// A PostgreSQL role with exactly the GRANTs `distlock acl postgres` prints takes locks (over
@@ -450,62 +493,27 @@ async fn a_postgres_role_with_the_printed_grants_locks_and_one_without_is_told()
     eprintln!("postgres grants: a role without them: {err}");
 }
 
-/// `mysql://<user>@127.0.0.1:<port>/test?<query>` on `server`.
-fn mysql_url(server: &MariaDbServer, user: &str, query: &str) -> String {
-    format!("mysql://{user}@127.0.0.1:{}/test?{query}", server.port())
-}
-
 /// MySQL over TLS (a MariaDB server with `require_secure_transport`), set as sqlx's MySQL
-/// client sets it (`ssl-mode` and `ssl-ca` in the URL): locks work, and each way of getting TLS
-/// wrong fails at `ping()` at once, with an error that says which it is.
+/// client sets it: `ssl-mode` and `ssl-ca`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_over_tls_names_every_way_of_getting_tls_wrong() {
     let pki = TestPki::generate();
-    let tls = MariaDbServer::start_tls(&pki, ServerCert::Valid);
-    let expired = MariaDbServer::start_tls(&pki, ServerCert::Expired);
-    let misnamed = MariaDbServer::start_tls(&pki, ServerCert::Misnamed);
-    let plain = MariaDbServer::start_with(&["--skip-ssl"]);
-    let verify =
-        |ca: std::path::PathBuf| format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.display());
-    let good = Backend::builder(mysql_url(&tls, "root", &verify(pki.ca())))
-        .prefix(PREFIX)
-        .create_schema(true)
-        .build()
-        .unwrap();
-    good.ping().await.expect("TLS with the CA");
-    let token = Lock::new("mysql-tls")
-        .on(&good)
-        .run(async { distlock::fencing_token() })
-        .await
-        .unwrap();
-    assert!(token.is_some());
-    let cases = [
-        (
-            "a CA that did not sign the server's certificate",
-            mysql_url(&tls, "root", &verify(pki.other_ca())),
-            "is not signed by a CA the client trusts; set `ssl-ca`",
-        ),
-        (
-            "an expired server certificate",
-            mysql_url(&expired, "root", &verify(pki.ca())),
-            "has expired",
-        ),
-        (
-            "a server certificate for another host",
-            mysql_url(&misnamed, "root", &verify(pki.ca())),
-            "does not name the host in the URL",
-        ),
-        (
-            "a plain server behind ssl-mode=REQUIRED",
-            mysql_url(&plain, "root", "ssl-mode=REQUIRED"),
-            "a server without TLS takes `ssl-mode=DISABLED`",
-        ),
-        (
-            "a TLS-only server behind ssl-mode=DISABLED",
-            mysql_url(&tls, "root", "ssl-mode=DISABLED"),
-            "takes only TLS connections",
-        ),
+    let servers = [
+        MariaDbServer::start_tls(&pki, ServerCert::Valid),
+        MariaDbServer::start_tls(&pki, ServerCert::Expired),
+        MariaDbServer::start_tls(&pki, ServerCert::Misnamed),
+        MariaDbServer::start_with(&["--skip-ssl"]),
     ];
-    let cases = cases.map(|(case, url, named)| (case, Backend::builder(url).prefix(PREFIX), named));
-    each_named("mysql", cases, Duration::from_secs(5)).await;
+    let urls = TlsUrls {
+        store: "mysql",
+        url: |port, query| format!("mysql://root@127.0.0.1:{port}/test?{query}"),
+        verify: |ca| format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", ca.display()),
+        require: "ssl-mode=REQUIRED",
+        disable: "ssl-mode=DISABLED",
+        ca_named: "is not signed by a CA the client trusts; set `ssl-ca`",
+        plain_named: "a server without TLS takes `ssl-mode=DISABLED`",
+        tls_only_named: "takes only TLS connections",
+    };
+    let ports = servers.each_ref().map(MariaDbServer::port);
+    database_over_tls_names_every_way_of_getting_tls_wrong(urls, &pki, ports).await;
 }
