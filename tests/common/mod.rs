@@ -11,6 +11,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod sections;
 pub mod worker;
+pub mod zookeeper;
 
 #[allow(unused_imports)]
 pub use etcd::{Etcd, EtcdTls};
@@ -18,6 +19,8 @@ pub use etcd::{Etcd, EtcdTls};
 pub use mysql::Mysql;
 #[allow(unused_imports)]
 pub use postgres::Postgres;
+#[allow(unused_imports)]
+pub use zookeeper::Zookeeper;
 
 use cell::{read_cell, Cell};
 use distlock::{Backend, BackendBuilder, Lock, LockError};
@@ -139,6 +142,10 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     fn mysql(&self) -> Option<&distlock_test_support::MariaDbServer> {
         None
     }
+    /// The ZooKeeper ensemble the locks live on, for the ZooKeeper backend.
+    fn zookeeper(&self) -> Option<&distlock_test_support::ZkEnsemble> {
+        None
+    }
 }
 
 /// Waits up to `within` until `check` holds: re-checked each time one of `fx`'s servers reports
@@ -154,6 +161,9 @@ pub async fn until<F: Fixture>(fx: &F, within: Duration, check: impl AsyncFnMut(
     }
     if let Some(server) = fx.mysql() {
         return mysql::until_on_mysql(server, within, check).await;
+    }
+    if let Some(ensemble) = fx.zookeeper() {
+        return zookeeper::until_on_zookeeper(ensemble, within, check).await;
     }
     let servers = fx.servers();
     if !servers.is_empty() {

@@ -220,11 +220,13 @@ pub enum Deployment {
     Postgres,
     /// A MySQL or MariaDB database (`mysql://`, feature `mysql`).
     Mysql,
+    /// A ZooKeeper ensemble (`zookeeper://`, feature `zookeeper`).
+    Zookeeper,
 }
 
 impl Deployment {
-    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock`, `etcd`, `postgres`
-    /// or `mysql`.
+    /// Its name: `in-process`, `redis`, `sentinel`, `cluster`, `redlock`, `etcd`, `postgres`,
+    /// `mysql` or `zookeeper`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Deployment::InProcess => "in-process",
@@ -235,6 +237,7 @@ impl Deployment {
             Deployment::Etcd => "etcd",
             Deployment::Postgres => "postgres",
             Deployment::Mysql => "mysql",
+            Deployment::Zookeeper => "zookeeper",
         }
     }
 }

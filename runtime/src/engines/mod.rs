@@ -1,8 +1,8 @@
 //! The lock engines, each a directory that registers its deployments: the in-process map
 //! (`in_process/`), Redis — one server, Sentinel, Cluster and Redlock (`redis/`) — etcd
-//! (`etcd/`, feature `etcd`), PostgreSQL (`postgres/`, feature `postgres`) and MySQL (`mysql/`,
-//! feature `mysql`), the last three stores of the queue engine (`queue/`), the databases sharing
-//! `sql/`. `engine.rs` is the boundary every engine implements, `spec.rs` what
+//! (`etcd/`, feature `etcd`), PostgreSQL (`postgres/`, feature `postgres`), MySQL (`mysql/`,
+//! feature `mysql`) and ZooKeeper (`zookeeper/`, feature `zookeeper`), the last four stores of
+//! the queue engine (`queue/`), the databases sharing `sql/`. `engine.rs` is the boundary every engine implements, `spec.rs` what
 //! a deployment tells the builder, `settings.rs` what an engine is made with.
 //!
 //! [`DEPLOYMENTS`] is the one list of URL schemes: [`from_url`] reads a URL with it, and the
@@ -13,11 +13,13 @@ pub(crate) mod etcd;
 pub(crate) mod in_process;
 pub(crate) mod mysql;
 pub(crate) mod postgres;
+pub(crate) mod zookeeper;
 // The test hooks build it without a store too: the model checker runs its `order` (tests/model).
 #[cfg(any(
     feature = "etcd",
     feature = "postgres",
     feature = "mysql",
+    feature = "zookeeper",
     distlock_test_hooks
 ))]
 pub(crate) mod queue;
@@ -34,13 +36,14 @@ use spec::{EngineSpec, Parser, Registration};
 use std::sync::Arc;
 
 /// Every deployment a URL can name, in the order the error for an unknown URL lists them.
-const DEPLOYMENTS: [&Registration; 7] = [
+const DEPLOYMENTS: [&Registration; 8] = [
     &redis::deployments::SERVER,
     &redis::deployments::SENTINEL,
     &redis::deployments::CLUSTER,
     &etcd::REGISTRATION,
     &postgres::REGISTRATION,
     &mysql::REGISTRATION,
+    &zookeeper::REGISTRATION,
     &in_process::REGISTRATION,
 ];
 
@@ -141,7 +144,7 @@ mod tests {
                 "expected redis://host:port, rediss://host:port, unix:///path/to/socket, \
                  redis[s]-sentinel://host:port,…/MASTER_NAME, redis[s]-cluster://host:port,…, \
                  etcd[s]://host:port,…, postgres://user@host:port/database, \
-                 mysql://user@host:port/database, memory://, or three \
+                 mysql://user@host:port/database, zookeeper://host:port,…[/chroot], memory://, or three \
                  or more comma-separated redis:// URLs for Redlock"
             ),
             "{unknown}"

@@ -46,11 +46,13 @@ pub enum Check {
     Leader,
     /// The database server answering is a standby (read-only).
     Standby,
+    /// The ZooKeeper session is too short for the watchdog's lease.
+    Session,
 }
 
 impl Check {
     /// Its stable name: `eviction`, `persistence`, `replica-lag`, `replicas`, `version`, `acl`,
-    /// `unchecked`, `unreachable`, `leader` or `standby` (what the CLI prints and its JSON
+    /// `unchecked`, `unreachable`, `leader`, `standby` or `session` (what the CLI prints and its JSON
     /// holds).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -64,6 +66,7 @@ impl Check {
             Check::Unreachable => "unreachable",
             Check::Leader => "leader",
             Check::Standby => "standby",
+            Check::Session => "session",
         }
     }
 }

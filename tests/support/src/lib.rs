@@ -24,6 +24,9 @@
 //!   ([`PgServer::standby_of`]) and [`PgBouncer`] in front where a test needs one.
 //! * [`MariaDbServer`] runs a MariaDB server of its own (`mariadb-install-db`, then `mariadbd`
 //!   with `--no-defaults`, a free port and a socket of its own; `--user=root` when root).
+//! * [`ZkEnsemble`] runs a ZooKeeper ensemble (Debian's jar under `java`, servers with their
+//!   own ports and data dirs), tells which server leads, and kills, pauses or restarts servers
+//!   by PID.
 //! * [`FaultProxy`] sits between a client and a server and can delay,
 //!   hold (blackhole), reset or refuse traffic, or lose exactly one reply.
 //! * [`TestPki`] makes a CA, server and client certificates with the
@@ -67,6 +70,7 @@ mod rng;
 mod sentinel;
 mod server;
 mod tls;
+mod zookeeper;
 
 pub use client::{command_at, pipeline_at};
 pub use cluster::{RedisCluster, REDIS_CLI_ENV};
@@ -82,3 +86,4 @@ pub use rng::Xorshift;
 pub use sentinel::{SentinelGroup, MASTER_NAME};
 pub use server::{RedisServer, ServerConfig, REDIS_SERVER_ENV, VALKEY_SERVER_ENV};
 pub use tls::{ServerCert, TestPki};
+pub use zookeeper::{ZkEnsemble, ZOOKEEPER_JAR_ENV};

@@ -191,7 +191,7 @@ impl Store for EtcdStore {
 
     /// etcd answers in whole seconds, cut off, so the lease lasts less than a second more
     /// than it says: that second is added, up to the lease's full TTL.
-    async fn time_left(&self, entry: &Entry<i64>) -> Option<Duration> {
+    async fn time_left(&self, _key: &str, entry: &Entry<i64>) -> Option<Duration> {
         let lease = entry.lease;
         let answer = self
             .connection

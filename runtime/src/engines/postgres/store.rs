@@ -211,7 +211,7 @@ impl Store for PgStore {
     }
 
     /// The time left when the entry was read: counted on the database's clock.
-    async fn time_left(&self, entry: &Entry<Duration>) -> Option<Duration> {
+    async fn time_left(&self, _key: &str, entry: &Entry<Duration>) -> Option<Duration> {
         Some(entry.lease)
     }
 

@@ -1,5 +1,5 @@
 //! The queue engine: one [`Engine`] for every store that orders entries (etcd, PostgreSQL,
-//! MySQL).
+//! MySQL, ZooKeeper).
 //!
 //! A lock is a queue of entries in the store ([`Store`]): each contender writes one, bound to
 //! a time the store keeps (a lease, an expiry), and the store numbers it in the order entries
@@ -14,7 +14,12 @@
 //! answers the operators (`operator.rs`).
 // Built without a store only under the test hooks, for the model checker, which runs `order`.
 #![cfg_attr(
-    not(any(feature = "etcd", feature = "postgres", feature = "mysql")),
+    not(any(
+        feature = "etcd",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper"
+    )),
     allow(dead_code)
 )]
 
@@ -112,7 +117,7 @@ impl<S: Store> QueueEngine<S> {
                 fence: entries[place].token,
             });
         }
-        let holder_ttl = self.store.time_left(&entries[0]).await;
+        let holder_ttl = self.store.time_left(key, &entries[0]).await;
         if asker == Asker::Once {
             // A single try does not queue.
             self.store.remove(key, &entries[place]).await?;

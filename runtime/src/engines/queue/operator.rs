@@ -12,7 +12,7 @@ use std::time::Duration;
 impl<S: Store> QueueEngine<S> {
     /// Who holds a lock whose queue is `entries`: its writer, or its readers or permits
     /// together (the longest-living one's time left, the newest one's token).
-    async fn holder(&self, entries: &[Entry<S::Lease>]) -> Option<Holder> {
+    async fn holder(&self, key: &str, entries: &[Entry<S::Lease>]) -> Option<Holder> {
         let holding: Vec<&Entry<S::Lease>> = (0..entries.len())
             .filter(|&place| holds(entries, place))
             .map(|place| &entries[place])
@@ -20,7 +20,12 @@ impl<S: Store> QueueEngine<S> {
         let newest = holding.last()?;
         let mut ttl = Duration::ZERO;
         for entry in &holding {
-            ttl = ttl.max(self.store.time_left(entry).await.unwrap_or(Duration::ZERO));
+            ttl = ttl.max(
+                self.store
+                    .time_left(key, entry)
+                    .await
+                    .unwrap_or(Duration::ZERO),
+            );
         }
         let shared = entries[0].kind.is_some_and(LockKind::is_shared);
         let waiting = (entries.len() - holding.len()) as u64;
@@ -40,7 +45,7 @@ impl<S: Store> QueueEngine<S> {
 
     pub(super) async fn inspect_key(&self, key: &str) -> EngineResult<Option<Holder>> {
         let entries = self.store.read(key).await?;
-        Ok(self.holder(&entries).await)
+        Ok(self.holder(key, &entries).await)
     }
 
     /// Keys matching `pattern` that have a queue.
@@ -63,7 +68,7 @@ impl<S: Store> QueueEngine<S> {
     /// Like a lost reply: some holders may have been removed, each removal whole.
     pub(super) async fn unlock(&self, key: &str) -> EngineResult<Option<Holder>> {
         let entries = self.store.read(key).await?;
-        let Some(holder) = self.holder(&entries).await else {
+        let Some(holder) = self.holder(key, &entries).await else {
             return Ok(None);
         };
         let mut removed = false;

@@ -72,9 +72,11 @@ pub(crate) trait Store: Send + Sync + 'static {
         entry: &Entry<Self::Lease>,
     ) -> impl Future<Output = EngineResult<bool>> + Send;
 
-    /// How long `entry` lives at most unless renewed; `None` when the store cannot say.
+    /// How long `entry` of `key`'s queue lives at most unless renewed; `None` when the store
+    /// cannot say.
     fn time_left(
         &self,
+        key: &str,
         entry: &Entry<Self::Lease>,
     ) -> impl Future<Output = Option<Duration>> + Send;
 

@@ -1,0 +1,562 @@
+//! [`ZkStore`]: the queue engine's [`Store`] on ZooKeeper — each lock's queue a container node,
+//! each entry an ephemeral sequential child (`nodes.rs`) whose creation zxid is its fencing
+//! token, its waiters woken by watches of the entries ahead (`wakes.rs`).
+//!
+//! An entry lives as long as the session that made it and, on top of that, as long as its
+//! lease: this store deletes an entry nobody renewed once its TTL has passed (`mine.rs`). A
+//! lease may last at most three quarters of the session timeout the ensemble granted, so that
+//! a holder cut off from the ensemble has seen its lease run out before the ensemble can end
+//! its session and delete its entry.
+
+use super::client::Connection;
+use super::mine::{Mine, Mines};
+use super::nodes::{self, Paths};
+use super::wakes::Wakes;
+use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
+use crate::engines::queue::order::Entry;
+use crate::engines::queue::store::{Deletions, Presence, Read, Store};
+use crate::lock::kind::LockKind;
+use crate::lock::owner::Owner;
+use crate::operating::doctor::Finding;
+use crate::operating::key_events::KeyEventSender;
+use std::sync::Arc;
+use std::time::Duration;
+use zookeeper_client as zk;
+
+pub(crate) struct ZkStore {
+    pub(super) connection: Arc<Connection>,
+    pub(super) paths: Paths,
+    label: String,
+    /// Who may touch the nodes this store makes: anyone, or (with credentials) their user only.
+    acls: zk::Acls<'static>,
+    pub(super) mines: Arc<Mines>,
+    wakes: Arc<Wakes>,
+    /// The backend's watchdog lease, which the doctor holds the session against.
+    pub(super) watchdog_lease: Duration,
+}
+
+impl ZkStore {
+    pub(crate) fn new(
+        connection: Connection,
+        prefix: &str,
+        label: &str,
+        watchdog_lease: Duration,
+    ) -> ZkStore {
+        let acls = match connection.spec().username {
+            Some(_) => zk::Acls::creator_all(),
+            None => zk::Acls::anyone_all(),
+        };
+        let connection = Arc::new(connection);
+        ZkStore {
+            mines: Arc::new(Mines::new(connection.clone())),
+            connection,
+            paths: Paths::new(prefix),
+            label: label.to_owned(),
+            acls,
+            wakes: Arc::default(),
+            watchdog_lease,
+        }
+    }
+
+    /// Refuses a lease the session cannot cover: a holder cut off from the ensemble must see
+    /// its lease end before the ensemble may end its session.
+    fn fits_session(&self, client: &zk::Client, ttl: Duration) -> EngineResult<()> {
+        let longest = lease_limit(client.session_timeout());
+        if ttl <= longest {
+            return Ok(());
+        }
+        Err(EngineFailure {
+            ambiguous: false,
+            source: format!(
+                "a lease of {} outlives what the ZooKeeper session covers ({}, three quarters \
+                 of the {} session timeout the ensemble granted): a holder cut off from the \
+                 ensemble could lose its node before its lease ran out; use a shorter lease \
+                 (or watchdog_lease), or ask for a longer session with `?session_timeout=` \
+                 in the URL (within the ensemble's maxSessionTimeout)",
+                humantime::format_duration(ttl),
+                humantime::format_duration(longest),
+                humantime::format_duration(client.session_timeout()),
+            )
+            .into(),
+        })
+    }
+
+    /// Creates `owner`'s entry in `queue` and reads the queue, in one round trip; the queue
+    /// (and the prefix's node) are made when missing.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the create may be applied. A create whose outcome is unknown is
+    /// marked so, and the next join or leave of the entry looks for it first.
+    async fn create(
+        &self,
+        client: &zk::Client,
+        key: &str,
+        owner: &Owner,
+        kind: LockKind,
+        ttl: Duration,
+    ) -> EngineResult<(Mine, Vec<String>)> {
+        let queue = self.paths.queue(key);
+        let prefix = nodes::entry_prefix(&queue, owner.as_str(), kind);
+        let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);
+        for first in [true, false] {
+            self.mines.unsure(key, owner);
+            let created = client.create(&prefix, &self.data(ttl), &options);
+            let children = client.list_children(&queue);
+            let (created, children) = tokio::join!(created, children);
+            match (created, children) {
+                (Ok((stat, sequence)), Ok(children)) => {
+                    let path = format!("{prefix}{sequence}");
+                    let mine = Mine::new(path, client.session_id(), stat.czxid);
+                    return Ok((mine, children));
+                }
+                (Err(zk::Error::NoNode), _) if first => self.make_queue(client, &queue).await?,
+                (Err(err), _) | (_, Err(err)) => return Err(self.connection.failure(err)),
+            }
+        }
+        Err(EngineFailure::ambiguous(
+            "the lock's queue node vanished twice while joining it",
+        ))
+    }
+
+    /// Makes the prefix's node and `queue` (a container, which ZooKeeper deletes once empty).
+    async fn make_queue(&self, client: &zk::Client, queue: &str) -> EngineResult<()> {
+        let root = zk::CreateMode::Persistent.with_acls(self.acls);
+        let container = zk::CreateMode::Container.with_acls(self.acls);
+        let made_root = client.create(&self.paths.root, &[], &root);
+        let made_queue = client.create(queue, &[], &container);
+        let (made_root, made_queue) = self
+            .connection
+            .within(async { Ok(tokio::join!(made_root, made_queue)) })
+            .await?;
+        for made in [made_root.map(drop), made_queue.map(drop)] {
+            match made {
+                Ok(()) | Err(zk::Error::NodeExists) => {}
+                Err(err) => return Err(self.connection.failure(err)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `owner`'s entry in `key`'s queue if a create whose reply was lost made it: after a
+    /// `sync`, a child with the owner's name made by this session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    async fn find(
+        &self,
+        client: &zk::Client,
+        key: &str,
+        owner: &Owner,
+    ) -> EngineResult<Option<Mine>> {
+        let queue = self.paths.queue(key);
+        let children = self
+            .connection
+            .within(async {
+                client.sync(&queue).await?;
+                client.list_children(&queue).await
+            })
+            .await;
+        let children = match children {
+            Err(failure) if no_node(&failure) => return Ok(None),
+            children => children?,
+        };
+        for name in children {
+            if nodes::parse(&name).is_none_or(|n| n.owner != owner.as_str()) {
+                continue;
+            }
+            let path = format!("{queue}/{name}");
+            let stat = self.connection.within(client.check_stat(&path)).await?;
+            let Some(stat) = stat.filter(|s| s.ephemeral_owner == client.session_id().0) else {
+                continue;
+            };
+            return Ok(Some(Mine::new(path, client.session_id(), stat.czxid)));
+        }
+        Ok(None)
+    }
+
+    /// `owner`'s entry in `key`'s queue as this store knows it on `client`'s session: made by
+    /// it, or found after a create whose reply was lost. `None`: there is none.
+    async fn mine(
+        &self,
+        client: &zk::Client,
+        key: &str,
+        owner: &Owner,
+    ) -> EngineResult<Option<Mine>> {
+        match self.mines.get(key, owner) {
+            Some(Some(mine)) if mine.session == client.session_id() => Ok(Some(mine)),
+            // Made on a session that has ended: gone with it.
+            Some(Some(_)) => Ok(None),
+            Some(None) => {
+                let found = self.find(client, key, owner).await?;
+                match &found {
+                    Some(mine) => self.mines.put(key, owner, mine.clone(), None),
+                    None => self.mines.forget(key, owner),
+                }
+                Ok(found)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The entries of `key`'s queue in order, from the children's names; `mine`'s token is
+    /// known, the others' are not needed (0). Another entry of the same owner (made by a
+    /// create whose reply was lost, and made again) is deleted.
+    fn entries(
+        &self,
+        key: &str,
+        children: &[String],
+        mine: &Mine,
+        owner: &Owner,
+    ) -> Vec<Entry<i64>> {
+        let mut entries: Vec<Entry<i64>> = Vec::with_capacity(children.len());
+        for name in children {
+            let Some(parsed) = nodes::parse(name) else {
+                continue;
+            };
+            let path = format!("{}/{name}", self.paths.queue(key));
+            if parsed.owner == owner.as_str() && path != mine.path {
+                self.mines.delete_stray(path);
+                continue;
+            }
+            entries.push(Entry {
+                owner: parsed.owner.to_owned(),
+                token: match path == mine.path {
+                    true => mine.token,
+                    false => 0,
+                },
+                lease: parsed.sequence,
+                kind: parsed.kind,
+                label: String::new(),
+            });
+        }
+        entries.sort_by_key(|entry| entry.lease);
+        entries
+    }
+
+    /// Whether another entry is in `key`'s queue (for an answer that the caller's is gone).
+    async fn held(&self, client: &zk::Client, key: &str) -> EngineResult<bool> {
+        let children = self
+            .connection
+            .within(client.list_children(&self.paths.queue(key)))
+            .await;
+        match children {
+            Ok(children) => Ok(children.iter().any(|name| nodes::parse(name).is_some())),
+            Err(failure) if no_node(&failure) => Ok(false),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// The path of `entry` in `key`'s queue: from its name when its kind is known, else looked
+    /// up among the queue's children.
+    async fn path_of(
+        &self,
+        client: &zk::Client,
+        key: &str,
+        entry: &Entry<i64>,
+    ) -> EngineResult<Option<String>> {
+        let queue = self.paths.queue(key);
+        if let Some(kind) = entry.kind {
+            let name = nodes::entry_name(&entry.owner, kind, entry.lease);
+            return Ok(Some(format!("{queue}/{name}")));
+        }
+        let children = match self.connection.within(client.list_children(&queue)).await {
+            Err(failure) if no_node(&failure) => return Ok(None),
+            children => children?,
+        };
+        Ok(children
+            .into_iter()
+            .find(|name| {
+                nodes::parse(name)
+                    .is_some_and(|n| n.owner == entry.owner && n.sequence == entry.lease)
+            })
+            .map(|name| format!("{queue}/{name}")))
+    }
+}
+
+impl ZkStore {
+    /// What an entry holds: its lease in milliseconds, a newline, and its holder's label.
+    fn data(&self, ttl: Duration) -> Vec<u8> {
+        format!("{}\n{}", ttl.as_millis(), self.label).into_bytes()
+    }
+}
+
+/// An entry's lease and label, as [`ZkStore::data`] wrote them (`None`: no lease written).
+fn lease_of(data: &[u8]) -> (Option<Duration>, &str) {
+    let text = std::str::from_utf8(data).unwrap_or_default();
+    match text.split_once('\n') {
+        Some((millis, label)) => (millis.parse().ok().map(Duration::from_millis), label),
+        None => (None, text),
+    }
+}
+
+/// The longest lease a session of `timeout` covers: a quarter of it is kept back for the
+/// ensemble's own delays in seeing the session alive (a follower tells the leader of its
+/// clients each half tick; a session lasts at least two ticks).
+pub(crate) fn lease_limit(timeout: Duration) -> Duration {
+    timeout * 3 / 4
+}
+
+/// Whether ZooKeeper answered that the node is not there.
+pub(super) fn no_node(failure: &EngineFailure) -> bool {
+    failure
+        .source
+        .downcast_ref::<zk::Error>()
+        .is_some_and(|err| matches!(err, zk::Error::NoNode))
+}
+
+impl Store for ZkStore {
+    /// An entry's sequence number, its place in the queue.
+    type Lease = i64;
+
+    async fn join(
+        &self,
+        key: &str,
+        owner: &Owner,
+        kind: LockKind,
+        ttl: Duration,
+    ) -> EngineResult<Read<i64>> {
+        let client = self.connection.client().await?;
+        self.fits_session(&client, ttl)?;
+        let queue = self.paths.queue(key);
+        let mut joined = None;
+        if let Some(mine) = self.mine(&client, key, owner).await? {
+            // Keeps its place: its time starts again if it is still there.
+            let checked = self.mines.touch(&client, &mine.path, &self.data(ttl));
+            let children = client.list_children(&queue);
+            let (checked, children) = tokio::join!(checked, children);
+            let present = self.connection.within(async { checked }).await?;
+            let children = self.connection.within(async { children }).await?;
+            if present && self.mines.renewed(key, owner, &mine, ttl) {
+                joined = Some((mine, children));
+            } else if !present {
+                self.mines.forget(key, owner);
+            }
+        }
+        let (mine, children) = match joined {
+            Some(joined) => joined,
+            None => {
+                let (mine, children) = self.create(&client, key, owner, kind, ttl).await?;
+                self.mines.put(key, owner, mine.clone(), Some(ttl));
+                (mine, children)
+            }
+        };
+        let at = self.wakes.now();
+        let entries = self.entries(key, &children, &mine, owner);
+        Ok(Read { entries, at })
+    }
+
+    async fn leave(&self, key: &str, owner: &Owner) -> EngineResult<Presence> {
+        let client = self.connection.client().await?;
+        let (path, lapsed) = match self.mine(&client, key, owner).await? {
+            Some(mine) => (mine.path, false),
+            None => match self.mines.lapsed(key, owner) {
+                Some(path) => (path, true),
+                None => {
+                    self.mines.forget(key, owner);
+                    let held = self.held(&client, key).await?;
+                    return Ok(Presence::Absent { held });
+                }
+            },
+        };
+        let deleted = self.connection.within(client.delete(&path, None)).await;
+        let present = match deleted {
+            Ok(()) => !lapsed,
+            Err(failure) if no_node(&failure) => false,
+            // Kept until the delete is confirmed or the session ended.
+            Err(failure) => return Err(failure),
+        };
+        self.mines.forget(key, owner);
+        match present {
+            true => Ok(Presence::Present),
+            false => Ok(Presence::Absent {
+                held: self.held(&client, key).await?,
+            }),
+        }
+    }
+
+    async fn renew(&self, batch: &[Renewal<'_>]) -> EngineResult<Vec<Option<Presence>>> {
+        let client = self.connection.client().await?;
+        let mut checks = Vec::with_capacity(batch.len());
+        for renewal in batch {
+            let mine = self.mine(&client, renewal.key, renewal.owner).await?;
+            if mine.is_some() {
+                self.fits_session(&client, renewal.ttl)?;
+            }
+            checks.push(mine.map(|mine| {
+                let check = self
+                    .mines
+                    .touch(&client, &mine.path, &self.data(renewal.ttl));
+                async move { (mine, check.await) }
+            }));
+        }
+        // Sent together, answered in one round trip.
+        let checked = futures_util::future::join_all(checks.into_iter().map(|check| async move {
+            match check {
+                Some(check) => Some(check.await),
+                None => None,
+            }
+        }));
+        let checked = self.connection.within(async { Ok(checked.await) }).await?;
+        let mut answers = Vec::with_capacity(batch.len());
+        for (renewal, checked) in batch.iter().zip(checked) {
+            let present = match checked {
+                Some((mine, Ok(true))) => {
+                    self.mines
+                        .renewed(renewal.key, renewal.owner, &mine, renewal.ttl)
+                }
+                Some((_, Err(err))) => {
+                    // This one could not be told; the others stand.
+                    tracing::debug!(target: "distlock::renew", error = %err, "renewal not answered");
+                    answers.push(None);
+                    continue;
+                }
+                Some((_, Ok(false))) => {
+                    self.mines.forget(renewal.key, renewal.owner);
+                    false
+                }
+                // Not known, or its lease ended here: gone (a lapsed one is left to its leave).
+                None => false,
+            };
+            answers.push(Some(match present {
+                true => Presence::Present,
+                false => Presence::Absent {
+                    held: self.held(&client, renewal.key).await?,
+                },
+            }));
+        }
+        Ok(answers)
+    }
+
+    async fn read(&self, key: &str) -> EngineResult<Vec<Entry<i64>>> {
+        let client = self.connection.client().await?;
+        let queue = self.paths.queue(key);
+        let children = match self.connection.within(client.list_children(&queue)).await {
+            Err(failure) if no_node(&failure) => return Ok(Vec::new()),
+            children => children?,
+        };
+        let names: Vec<(String, nodes::Name<'_>)> = children
+            .iter()
+            .filter_map(|name| Some((format!("{queue}/{name}"), nodes::parse(name)?)))
+            .collect();
+        let data =
+            futures_util::future::join_all(names.iter().map(|(path, _)| client.get_data(path)));
+        let data = self.connection.within(async { Ok(data.await) }).await?;
+        let mut entries = Vec::with_capacity(names.len());
+        for ((_, name), data) in names.iter().zip(data) {
+            let (data, stat) = match data {
+                Ok(read) => read,
+                // Deleted since the list.
+                Err(zk::Error::NoNode) => continue,
+                Err(err) => return Err(self.connection.failure(err)),
+            };
+            let (_, label) = lease_of(&data);
+            entries.push(Entry {
+                owner: name.owner.to_owned(),
+                token: stat.czxid as u64,
+                lease: name.sequence,
+                kind: name.kind,
+                label: label.to_owned(),
+            });
+        }
+        entries.sort_by_key(|entry| entry.lease);
+        Ok(entries)
+    }
+
+    async fn remove(&self, key: &str, entry: &Entry<i64>) -> EngineResult<bool> {
+        let client = self.connection.client().await?;
+        let Some(path) = self.path_of(&client, key, entry).await? else {
+            return Ok(false);
+        };
+        match self.connection.within(client.delete(&path, None)).await {
+            Ok(()) => {
+                self.mines.forget_path(key, &entry.owner, &path);
+                Ok(true)
+            }
+            Err(failure) if no_node(&failure) => Ok(false),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// This process's own entries: the time until this store deletes them. Another's: its
+    /// lease from its last write, on the server's clock (ZooKeeper deletes it only with its
+    /// session, or its process once the lease ran out).
+    async fn time_left(&self, key: &str, entry: &Entry<i64>) -> Option<Duration> {
+        if let Some(left) = self.mines.time_left(&entry.owner) {
+            return Some(left);
+        }
+        let client = self.connection.client().await.ok()?;
+        let path = self.path_of(&client, key, entry).await.ok()??;
+        let (data, stat) = self.connection.within(client.get_data(&path)).await.ok()?;
+        let (ttl, _) = lease_of(&data);
+        let written = std::time::UNIX_EPOCH + Duration::from_millis(stat.mtime.try_into().ok()?);
+        let end = written + ttl?;
+        Some(
+            end.duration_since(std::time::SystemTime::now())
+                .unwrap_or(Duration::ZERO),
+        )
+    }
+
+    async fn deletions(&self, key: &str) -> EngineResult<Deletions> {
+        Ok(self.wakes.follow(key))
+    }
+
+    /// Watches the entries whose going may let the caller hold: a writer's predecessor, a
+    /// reader's nearest writer ahead, a permit's holders.
+    fn waiting_behind(&self, key: &str, ahead: &[Entry<i64>], kind: LockKind) {
+        let blockers: Vec<&Entry<i64>> = match kind {
+            LockKind::Exclusive => ahead.last().into_iter().collect(),
+            LockKind::Read => ahead
+                .iter()
+                .rev()
+                .find(|entry| entry.kind != Some(LockKind::Read))
+                .or(ahead.last())
+                .into_iter()
+                .collect(),
+            LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
+        };
+        let queue = self.paths.queue(key);
+        let blockers: Vec<(String, String)> = blockers
+            .into_iter()
+            .filter_map(|entry| {
+                let name = nodes::entry_name(&entry.owner, entry.kind?, entry.lease);
+                Some((entry.owner.clone(), format!("{queue}/{name}")))
+            })
+            .collect();
+        let (connection, wakes, key) =
+            (self.connection.clone(), self.wakes.clone(), key.to_owned());
+        // On the live session (no request is waited for: the waiter's own join just made it).
+        tokio::spawn(async move {
+            if let Ok(client) = connection.client().await {
+                wakes.watch(&client, &key, blockers);
+            }
+        });
+    }
+
+    async fn keys(&self) -> EngineResult<Vec<String>> {
+        let client = self.connection.client().await?;
+        match self
+            .connection
+            .within(client.list_children(&self.paths.root))
+            .await
+        {
+            Ok(children) => Ok(children
+                .iter()
+                .filter_map(|name| nodes::decode(name))
+                .collect()),
+            Err(failure) if no_node(&failure) => Ok(Vec::new()),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    async fn follow(&self, key: &str, events: KeyEventSender) -> EngineResult<()> {
+        self.follow_key(key, events).await
+    }
+
+    async fn doctor(&self) -> EngineResult<Vec<Finding>> {
+        self.diagnose().await
+    }
+
+    fn close(&self) {
+        self.wakes.close();
+    }
+}
