@@ -1,8 +1,9 @@
 //! Cancellation at random points: locked calls dropped before their acquire is sent, with it in
 //! flight, while waiting, in the body and with the release in flight must leave no lock held
 //! 200 ms after the last cancellation, on the in-process backend, a real Redis, a real Valkey
-//! (whose releases are conditional writes), Redlock over three real masters and a 3-member etcd
-//! cluster (where a waiter that left must also leave the lock's queue).
+//! (whose releases are conditional writes), Redlock over three real masters, a 3-member etcd
+//! cluster and a 3-server ZooKeeper ensemble (where a waiter that left must also leave the lock's
+//! queue), PostgreSQL and MariaDB.
 //!
 //! tokio's timer only resolves milliseconds, so the cancellations are fired from a thread of
 //! their own, which sleeps and then spins to its target instant: microsecond resolution. Each call
@@ -11,7 +12,7 @@
 
 mod common;
 
-use common::{Etcd, Fixture, InProcess, Mysql, Postgres, Redlock, SingleRedis, Valkey};
+use common::{Etcd, Fixture, InProcess, Mysql, Postgres, Redlock, SingleRedis, Valkey, Zookeeper};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lease, Lock, LockError, Registry};
 use distlock_test_support::Xorshift;
@@ -84,6 +85,7 @@ annotated!(annotated_redlock, "cancel-redlock");
 annotated!(annotated_etcd, "cancel-etcd");
 annotated!(annotated_postgres, "cancel-postgres");
 annotated!(annotated_mysql, "cancel-mysql");
+annotated!(annotated_zookeeper, "cancel-zookeeper");
 
 type BoxedCall<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), LockError>> + Send + 'a>>;
@@ -353,6 +355,10 @@ fn attr_mysql<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_mysql(key, probe))
 }
 
+fn attr_zookeeper<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_zookeeper(key, probe))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_in_process() {
     cancelled_calls_leave_nothing_held::<InProcess>("cancel-in-process", attr_in_process).await;
@@ -395,6 +401,14 @@ async fn cancelled_calls_leave_no_lock_held_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_mysql() {
     cancelled_calls_leave_nothing_held::<Mysql>("cancel-mysql", attr_mysql).await;
+}
+
+/// On ZooKeeper a cancelled waiter's node must go too (its session lives on with the process,
+/// so a node left behind would hold up everyone behind it), and a create cancelled on its way
+/// runs to its end first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_zookeeper() {
+    cancelled_calls_leave_nothing_held::<Zookeeper>("cancel-zookeeper", attr_zookeeper).await;
 }
 
 /// With no runtime left to run a background release, the lock expires by its TTL, and the stats

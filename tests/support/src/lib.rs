@@ -80,7 +80,7 @@ pub use listener::ChannelListener;
 pub use mariadb::{MariaDbServer, MARIADB_BINDIR_ENV};
 pub use ports::{free_cluster_port, free_port};
 pub use postgres::{PgBouncer, PgServer, PoolMode, PGBOUNCER_ENV, PG_BINDIR_ENV};
-pub use proxy::FaultProxy;
+pub use proxy::{FaultProxy, Framing};
 pub use resp::{encode_command, frame_len, parse_reply, try_frame_len, FrameError, Reply};
 pub use rng::Xorshift;
 pub use sentinel::{SentinelGroup, MASTER_NAME};

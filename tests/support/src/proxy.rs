@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+pub use faults::Framing;
 use faults::{DropMode, Faults};
 
 /// Upper bound for the proxy's own waits ([`FaultProxy::wait_drops`],
@@ -61,6 +62,16 @@ impl FaultProxy {
     ///
     /// If no loopback port can be bound or the proxy thread cannot start.
     pub async fn start(upstream: SocketAddr) -> FaultProxy {
+        FaultProxy::start_framed(upstream, Framing::Resp).await
+    }
+
+    /// Starts a proxy to `upstream` whose protocol cuts its streams as `framing` does (what a
+    /// lost reply is: ZooKeeper's packets are [`Framing::LengthPrefixed`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`FaultProxy::start`].
+    pub async fn start_framed(upstream: SocketAddr, framing: Framing) -> FaultProxy {
         // Binding port 0 directly (rather than via free_port) leaves no window
         // in which another process could take the port.
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -76,7 +87,7 @@ impl FaultProxy {
             .build()
             .unwrap_or_else(|e| panic!("fault proxy: cannot build its runtime: {e}"));
         let handle = runtime.handle().clone();
-        let faults = Arc::new(Faults::new());
+        let faults = Arc::new(Faults::new(framing));
         let upstream = Arc::new(std::sync::Mutex::new(upstream));
         let (shutdown, stopped) = oneshot::channel::<()>();
         let thread = thread::Builder::new()

@@ -7,7 +7,7 @@ use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
 use crate::util::advised::Advised;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 pub(crate) struct Connection {
@@ -16,6 +16,9 @@ pub(crate) struct Connection {
     session_timeout: Duration,
     timeouts: Timeouts,
     client: tokio::sync::Mutex<Option<zk::Client>>,
+    /// When the last attempt to open a session failed, and why: the calls that waited for it
+    /// fail at once rather than each trying again in turn.
+    failed: std::sync::Mutex<Option<(Instant, String)>>,
 }
 
 impl Connection {
@@ -25,6 +28,7 @@ impl Connection {
             session_timeout,
             timeouts,
             client: tokio::sync::Mutex::new(None),
+            failed: std::sync::Mutex::new(None),
         }
     }
 
@@ -32,18 +36,42 @@ impl Connection {
         &self.spec
     }
 
-    /// The client of the live session, made on first use and again once the session ended.
+    /// The client of the live session, made on first use and again once the session ended;
+    /// within a connect timeout of a failed attempt, that attempt's failure.
     ///
     /// # Cancel safety
     /// Cancel safe: a session dropped half-made is made again by the next call.
     pub(crate) async fn client(&self) -> EngineResult<zk::Client> {
+        let asked = Instant::now();
         let mut current = self.client.lock().await;
         if let Some(client) = current.as_ref().filter(|c| !c.state().is_terminated()) {
             return Ok(client.clone());
         }
-        let client = self.connect().await?;
-        *current = Some(client.clone());
-        Ok(client)
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((_, why)) =
+            failed.filter(|(at, _)| asked.duration_since(*at) < self.timeouts.connect)
+        {
+            return Err(EngineFailure {
+                ambiguous: false,
+                source: why.into(),
+            });
+        }
+        match self.connect().await {
+            Ok(client) => {
+                *current = Some(client.clone());
+                Ok(client)
+            }
+            Err(failure) => {
+                let why = failure.source.to_string();
+                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((Instant::now(), why));
+                Err(failure)
+            }
+        }
     }
 
     /// A new session, with the credentials of the URL.

@@ -1,13 +1,17 @@
 //! The entries this process made, each with the session that made it and the end of its
-//! lease: an entry nobody renewed is deleted once its TTL has passed, as a lease ends on the
-//! other stores (ZooKeeper itself deletes it only with its session).
+//! lease: ZooKeeper deletes an entry only with its session, so this process deletes one whose
+//! lease ran out unrenewed, as a lease ends on the other stores.
 //!
-//! An entry whose create lost its reply is marked unsure until it is looked for; a leave that
-//! could not be confirmed keeps the entry known, so a later leave deletes it. An entry whose
-//! lease ended is marked lapsed before its delete is sent: no renewal answered after that
-//! counts, and a delete that failed is left to the entry's leave.
+//! Every entry this process may have made is known here until it is confirmed gone: one made,
+//! one whose create lost its reply (unsure until it is looked for), one whose lease ended
+//! (lapsed: marked before its delete is sent, so no renewal answered after that counts), a
+//! second one of the same owner (a stray, made by a create sent again). A delete that fails is
+//! sent again each time the session reconnects, until the entry is gone or the session ended
+//! (which takes the entry with it): no entry outlives its lease by more than the outage.
 
 use super::client::Connection;
+use super::nodes;
+use crate::engines::engine::EngineResult;
 use crate::lock::owner::Owner;
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,6 +20,10 @@ use std::time::Duration;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
+
+/// The longest wait between two deletes of the same entry when the session does not say it
+/// reconnected.
+const RETRY_AT_MOST: Duration = Duration::from_secs(2);
 
 /// An entry this process made.
 #[derive(Debug, Clone)]
@@ -37,96 +45,128 @@ impl Mine {
     }
 }
 
-/// One entry's state: `mine` is `None` while a create's outcome is unknown.
+/// One entry's state.
 struct Slot {
+    /// The queue it is in.
+    queue: String,
+    /// `None` while a create's outcome is unknown.
     mine: Option<Mine>,
-    deadline: Option<Instant>,
-    expiry: Option<AbortHandle>,
-    /// Its lease ended: it is being deleted, or its delete failed.
+    /// The session its create was sent on.
+    session: zk::SessionId,
+    ttl: Duration,
+    deadline: Instant,
+    /// Which lease this is: a lease started again gets a new one.
+    lease: u64,
+    expiry: AbortHandle,
+    /// Its lease ended: it is being deleted.
     lapsed: bool,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(expiry) = self.expiry.take() {
-            expiry.abort();
+        if !self.lapsed {
+            self.expiry.abort();
         }
     }
 }
 
-type Slots = HashMap<(String, String), Slot>;
+/// An entry: its queue's key and its owner.
+type Id = (String, String);
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<Id, Slot>,
+    leases: u64,
+}
 
 pub(crate) struct Mines {
     connection: Arc<Connection>,
-    slots: Arc<Mutex<Slots>>,
+    state: Arc<Mutex<State>>,
 }
 
 impl Mines {
     pub(crate) fn new(connection: Arc<Connection>) -> Mines {
         Mines {
             connection,
-            slots: Arc::default(),
+            state: Arc::default(),
         }
     }
 
-    /// `None`: no entry of `owner` in `key`'s queue is known; `Some(None)`: one may have been
-    /// made by a create whose reply was lost.
+    /// `None`: no live entry of `owner` in `key`'s queue is known; `Some(None)`: one may have
+    /// been made by a create whose reply was lost.
     pub(crate) fn get(&self, key: &str, owner: &Owner) -> Option<Option<Mine>> {
-        let slots = self.lock();
-        let slot = slots.get(&(key.to_owned(), owner.as_str().to_owned()))?;
+        let state = self.lock();
+        let slot = state.slots.get(&id(key, owner))?;
         (!slot.lapsed).then(|| slot.mine.clone())
     }
 
-    /// The path of `owner`'s entry in `key`'s queue if its lease ended and its delete has not
-    /// been confirmed.
-    pub(crate) fn lapsed(&self, key: &str, owner: &Owner) -> Option<String> {
-        let slots = self.lock();
-        let slot = slots.get(&(key.to_owned(), owner.as_str().to_owned()))?;
-        slot.mine
-            .as_ref()
-            .filter(|_| slot.lapsed)
-            .map(|mine| mine.path.clone())
-    }
-
-    /// Marks a create of `owner`'s entry as on its way (unsure until it answers).
-    pub(crate) fn unsure(&self, key: &str, owner: &Owner) {
-        self.lock().insert(
-            (key.to_owned(), owner.as_str().to_owned()),
-            Slot {
-                mine: None,
-                deadline: None,
-                expiry: None,
-                lapsed: false,
-            },
-        );
-    }
-
-    /// Knows `mine`, just made or found; with `ttl`, its lease ends `ttl` from now, and it is
-    /// deleted then unless renewed.
-    pub(crate) fn put(&self, key: &str, owner: &Owner, mine: Mine, ttl: Option<Duration>) {
-        let id = (key.to_owned(), owner.as_str().to_owned());
-        let mut slots = self.lock();
-        let (deadline, expiry) = match ttl {
-            Some(ttl) => self.lease(&id, &mine.path, ttl),
-            None => (None, None),
+    /// Marks a create of `owner`'s entry in `queue` on `session` as on its way (unsure until it
+    /// answers); deleted `ttl` from now unless it is found and renewed by then.
+    pub(crate) fn unsure(
+        &self,
+        key: &str,
+        owner: &Owner,
+        queue: &str,
+        session: zk::SessionId,
+        ttl: Duration,
+    ) {
+        let slot = |lease, expiry| Slot {
+            queue: queue.to_owned(),
+            mine: None,
+            session,
+            ttl,
+            deadline: Instant::now() + ttl,
+            lease,
+            expiry,
+            lapsed: false,
         };
-        slots.insert(
-            id,
-            Slot {
-                mine: Some(mine),
-                deadline,
-                expiry,
-                lapsed: false,
-            },
-        );
+        self.start(id(key, owner), ttl, slot);
+    }
+
+    /// Knows `mine` in `queue`, just made or found: its lease ends `ttl` from now (`None`:
+    /// the one it had), and it is deleted then unless renewed.
+    pub(crate) fn put(
+        &self,
+        key: &str,
+        owner: &Owner,
+        queue: &str,
+        mine: Mine,
+        ttl: Option<Duration>,
+    ) {
+        let id = id(key, owner);
+        let ttl = ttl.or_else(|| self.lock().slots.get(&id).map(|slot| slot.ttl));
+        let Some(ttl) = ttl else { return };
+        let slot = |lease, expiry| Slot {
+            queue: queue.to_owned(),
+            session: mine.session,
+            mine: Some(mine),
+            ttl,
+            deadline: Instant::now() + ttl,
+            lease,
+            expiry,
+            lapsed: false,
+        };
+        self.start(id, ttl, slot);
+    }
+
+    /// Replaces `id`'s slot with `slot(lease, expiry)`, whose lease ends `ttl` from now. A
+    /// slot it replaces whose lease had ended keeps being deleted.
+    fn start(&self, id: Id, ttl: Duration, slot: impl FnOnce(u64, AbortHandle) -> Slot) {
+        let mut state = self.lock();
+        state.leases += 1;
+        let lease = state.leases;
+        let expiry = self.expiry(id.clone(), lease, ttl);
+        state.slots.insert(id, slot(lease, expiry));
     }
 
     /// Starts the lease of `mine`, known and not lapsed, again: `ttl` from now. `false` when
     /// it lapsed (or was left) meanwhile: its renewal does not count.
     pub(crate) fn renewed(&self, key: &str, owner: &Owner, mine: &Mine, ttl: Duration) -> bool {
-        let id = (key.to_owned(), owner.as_str().to_owned());
-        let mut slots = self.lock();
-        let Some(slot) = slots.get_mut(&id).filter(|slot| {
+        let id = id(key, owner);
+        let mut state = self.lock();
+        state.leases += 1;
+        let lease = state.leases;
+        let Some(slot) = state.slots.get_mut(&id).filter(|slot| {
             !slot.lapsed
                 && slot
                     .mine
@@ -135,59 +175,65 @@ impl Mines {
         }) else {
             return false;
         };
-        let (deadline, expiry) = self.lease(&id, &mine.path, ttl);
-        if let Some(old) = std::mem::replace(&mut slot.expiry, expiry) {
-            old.abort();
-        }
-        slot.deadline = deadline;
+        slot.expiry.abort();
+        slot.expiry = self.expiry(id, lease, ttl);
+        (slot.ttl, slot.deadline, slot.lease) = (ttl, Instant::now() + ttl, lease);
         true
     }
 
-    /// A lease of `ttl` from now for the entry at `path`: its end, and the task that deletes
-    /// the entry then.
-    fn lease(
-        &self,
-        id: &(String, String),
-        path: &str,
-        ttl: Duration,
-    ) -> (Option<Instant>, Option<AbortHandle>) {
+    /// The task that deletes `id`'s entry once lease `lease` has run `ttl`.
+    fn expiry(&self, id: Id, lease: u64, ttl: Duration) -> AbortHandle {
+        let (connection, state) = (self.connection.clone(), self.state.clone());
         let deadline = Instant::now() + ttl;
-        let expiry = tokio::spawn(expire(
-            self.connection.clone(),
-            self.slots.clone(),
-            id.clone(),
-            path.to_owned(),
-            deadline,
-        ));
-        (Some(deadline), Some(expiry.abort_handle()))
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            let entry = {
+                let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(slot) = state.slots.get_mut(&id).filter(|s| s.lease == lease) else {
+                    return;
+                };
+                // Before the delete is sent: no renewal answered from now on counts.
+                slot.lapsed = true;
+                (slot.queue.clone(), slot.mine.clone(), slot.session)
+            };
+            let (queue, mine, session) = entry;
+            let path = mine.map(|mine| mine.path);
+            remove(&connection, &queue, &id.1, path, session).await;
+            let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+            if state.slots.get(&id).is_some_and(|slot| slot.lease == lease) {
+                state.slots.remove(&id);
+            }
+        })
+        .abort_handle()
     }
 
-    /// Forgets `owner`'s entry in `key`'s queue (deleted, or found gone).
+    /// Forgets `owner`'s entry in `key`'s queue (deleted, or found gone). One whose lease
+    /// ended is left to its delete.
     pub(crate) fn forget(&self, key: &str, owner: &Owner) {
-        self.lock()
-            .remove(&(key.to_owned(), owner.as_str().to_owned()));
+        let mut state = self.lock();
+        let id = id(key, owner);
+        if state.slots.get(&id).is_some_and(|slot| !slot.lapsed) {
+            state.slots.remove(&id);
+        }
     }
 
     /// Forgets `owner`'s entry in `key`'s queue if it is the one at `path`.
     pub(crate) fn forget_path(&self, key: &str, owner: &str, path: &str) {
-        let mut slots = self.lock();
+        let mut state = self.lock();
         let id = (key.to_owned(), owner.to_owned());
-        if slots
-            .get(&id)
-            .and_then(|slot| slot.mine.as_ref())
-            .is_some_and(|mine| mine.path == path)
-        {
-            slots.remove(&id);
+        let at_path = state.slots.get(&id).is_some_and(|slot| {
+            !slot.lapsed && slot.mine.as_ref().is_some_and(|mine| mine.path == path)
+        });
+        if at_path {
+            state.slots.remove(&id);
         }
     }
 
-    /// How long until `owner`'s entry is deleted unless renewed.
-    pub(crate) fn time_left(&self, owner: &str) -> Option<Duration> {
-        let slots = self.lock();
-        let (_, slot) = slots
-            .iter()
-            .find(|((_, of), slot)| of == owner && !slot.lapsed)?;
-        Some(slot.deadline?.saturating_duration_since(Instant::now()))
+    /// How long until `owner`'s entry in `key`'s queue is deleted unless renewed.
+    pub(crate) fn time_left(&self, key: &str, owner: &str) -> Option<Duration> {
+        let state = self.lock();
+        let slot = state.slots.get(&(key.to_owned(), owner.to_owned()))?;
+        (!slot.lapsed).then(|| slot.deadline.saturating_duration_since(Instant::now()))
     }
 
     /// Writes the entry at `path` again with `data` (its lease and label), through the
@@ -210,68 +256,97 @@ impl Mines {
     }
 
     /// Deletes a second entry of an owner that already has one (made by a create that was
-    /// sent again), in the background.
-    pub(crate) fn delete_stray(&self, path: String) {
+    /// sent again), in the background, until it is gone or its session ended.
+    pub(crate) fn delete_stray(&self, path: String, session: zk::SessionId) {
         let connection = self.connection.clone();
         tokio::spawn(async move {
-            let Ok(client) = connection.client().await else {
-                return;
-            };
-            if let Err(err) = connection.within(client.delete(&path, None)).await {
-                tracing::debug!(target: "distlock::zookeeper", error = %err.source, "a stray entry stays until its session ends");
-            }
+            remove(&connection, "", "", Some(path), session).await;
         });
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Deletes the entry at `path` at `deadline` unless it was renewed or left by then.
-async fn expire(
-    connection: Arc<Connection>,
-    slots: Arc<Mutex<Slots>>,
-    id: (String, String),
-    path: String,
-    deadline: Instant,
-) {
-    tokio::time::sleep_until(deadline).await;
-    {
-        let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
-        let current = slots.get_mut(&id);
-        let Some(slot) = current.filter(|slot| {
-            slot.deadline == Some(deadline) && slot.mine.as_ref().is_some_and(|m| m.path == path)
-        }) else {
-            return;
+fn id(key: &str, owner: &Owner) -> Id {
+    (key.to_owned(), owner.as_str().to_owned())
+}
+
+/// `owner`'s entry in `queue` made on `client`'s session, if a create whose reply was lost
+/// made it: after a `sync`, a child with the owner's name whose ephemeral owner is the session.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub(crate) async fn find(
+    connection: &Connection,
+    client: &zk::Client,
+    queue: &str,
+    owner: &str,
+) -> EngineResult<Option<Mine>> {
+    let children = connection
+        .within(async {
+            client.sync(queue).await?;
+            match client.list_children(queue).await {
+                Err(zk::Error::NoNode) => Ok(Vec::new()),
+                children => children,
+            }
+        })
+        .await?;
+    for name in children {
+        if nodes::parse(&name).is_none_or(|n| n.owner != owner) {
+            continue;
+        }
+        let path = format!("{queue}/{name}");
+        let stat = connection.within(client.check_stat(&path)).await?;
+        let Some(stat) = stat.filter(|s| s.ephemeral_owner == client.session_id().0) else {
+            continue;
         };
-        // Before the delete is sent: no renewal answered from now on counts.
-        slot.lapsed = true;
-        slot.deadline = None;
-        // This task is ending: the slot must not abort it.
-        slot.expiry = None;
+        return Ok(Some(Mine::new(path, client.session_id(), stat.czxid)));
     }
-    let deleted = match connection.client().await {
-        Ok(client) => connection.within(client.delete(&path, None)).await,
-        Err(failure) => Err(failure),
-    };
-    match deleted {
-        Err(failure) if !super::store::no_node(&failure) => tracing::debug!(
-            target: "distlock::zookeeper",
-            error = %failure.source,
-            "a lapsed entry stays until its leave or the end of its session"
-        ),
-        _ => forget_lapsed(&slots, &id, &path),
-    }
+    Ok(None)
 }
 
-/// Forgets the entry at `path` once its delete is confirmed, if it is still the lapsed one.
-fn forget_lapsed(slots: &Mutex<Slots>, id: &(String, String), path: &str) {
-    let mut slots = slots.lock().unwrap_or_else(|e| e.into_inner());
-    if slots
-        .get(id)
-        .is_some_and(|slot| slot.lapsed && slot.mine.as_ref().is_some_and(|m| m.path == path))
-    {
-        slots.remove(id);
+/// Deletes `owner`'s entry in `queue` made on `session` (at `path`, else looked for), sending
+/// the delete again each time the session reconnects, until the entry is gone or the session
+/// ended.
+async fn remove(
+    connection: &Connection,
+    queue: &str,
+    owner: &str,
+    path: Option<String>,
+    session: zk::SessionId,
+) {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        // A new session is made only once the old one ended, and the entry with it.
+        let client = match connection.client().await {
+            Ok(client) if client.session_id() == session => client,
+            _ => return,
+        };
+        let path = match &path {
+            Some(path) => Ok(Some(path.clone())),
+            None => find(connection, &client, queue, owner)
+                .await
+                .map(|found| found.map(|mine| mine.path)),
+        };
+        let deleted = match path {
+            Ok(None) => return,
+            Ok(Some(path)) => connection.within(client.delete(&path, None)).await,
+            Err(failure) => Err(failure),
+        };
+        match deleted {
+            Ok(()) => return,
+            Err(failure) if super::store::no_node(&failure) => return,
+            Err(failure) => tracing::debug!(
+                target: "distlock::zookeeper",
+                error = %failure.source,
+                "an entry past its lease is deleted again once the session reconnects"
+            ),
+        }
+        // Sent again at the next change of the session's state, or after a while.
+        let mut states = client.state_watcher();
+        let _ = tokio::time::timeout(wait, states.changed()).await;
+        wait = (wait * 2).min(RETRY_AT_MOST);
     }
 }

@@ -10,6 +10,7 @@ use crate::engines::settings::EngineSettings;
 use crate::engines::spec::{not_a_database, only_redlock, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
+use std::time::Duration;
 
 impl EngineSpec for ZkSpec {
     fn deployment(&self) -> Deployment {
@@ -35,11 +36,13 @@ impl EngineSpec for ZkSpec {
     }
 
     /// The session asked for covers the watchdog's lease: its timeout is the URL's, else four
-    /// thirds of the watchdog lease (a lease may last three quarters of the session).
+    /// thirds of the watchdog lease (a lease may last three quarters of the session), rounded
+    /// up to the whole milliseconds ZooKeeper counts in.
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
+        let covering = (settings.watchdog_lease.as_micros() * 4).div_ceil(3 * 1000);
         let session = self
             .session_timeout
-            .unwrap_or(settings.watchdog_lease * 4 / 3);
+            .unwrap_or(Duration::from_millis(covering as u64));
         let connection = Connection::new(self.clone(), session, settings.timeouts);
         let store = ZkStore::new(
             connection,

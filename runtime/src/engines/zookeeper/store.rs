@@ -9,7 +9,7 @@
 //! its session and delete its entry.
 
 use super::client::Connection;
-use super::mine::{Mine, Mines};
+use super::mine::{self, Mine, Mines};
 use super::nodes::{self, Paths};
 use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
@@ -99,10 +99,14 @@ impl ZkStore {
         let prefix = nodes::entry_prefix(&queue, owner.as_str(), kind);
         let options = zk::CreateMode::EphemeralSequential.with_acls(self.acls);
         for first in [true, false] {
-            self.mines.unsure(key, owner);
+            self.mines
+                .unsure(key, owner, &queue, client.session_id(), ttl);
             let created = client.create(&prefix, &self.data(ttl), &options);
             let children = client.list_children(&queue);
-            let (created, children) = tokio::join!(created, children);
+            let (created, children) = self
+                .connection
+                .within(async { Ok(tokio::join!(created, children)) })
+                .await?;
             match (created, children) {
                 (Ok((stat, sequence)), Ok(children)) => {
                     let path = format!("{prefix}{sequence}");
@@ -137,43 +141,6 @@ impl ZkStore {
         Ok(())
     }
 
-    /// `owner`'s entry in `key`'s queue if a create whose reply was lost made it: after a
-    /// `sync`, a child with the owner's name made by this session.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    async fn find(
-        &self,
-        client: &zk::Client,
-        key: &str,
-        owner: &Owner,
-    ) -> EngineResult<Option<Mine>> {
-        let queue = self.paths.queue(key);
-        let children = self
-            .connection
-            .within(async {
-                client.sync(&queue).await?;
-                client.list_children(&queue).await
-            })
-            .await;
-        let children = match children {
-            Err(failure) if no_node(&failure) => return Ok(None),
-            children => children?,
-        };
-        for name in children {
-            if nodes::parse(&name).is_none_or(|n| n.owner != owner.as_str()) {
-                continue;
-            }
-            let path = format!("{queue}/{name}");
-            let stat = self.connection.within(client.check_stat(&path)).await?;
-            let Some(stat) = stat.filter(|s| s.ephemeral_owner == client.session_id().0) else {
-                continue;
-            };
-            return Ok(Some(Mine::new(path, client.session_id(), stat.czxid)));
-        }
-        Ok(None)
-    }
-
     /// `owner`'s entry in `key`'s queue as this store knows it on `client`'s session: made by
     /// it, or found after a create whose reply was lost. `None`: there is none.
     async fn mine(
@@ -187,9 +154,10 @@ impl ZkStore {
             // Made on a session that has ended: gone with it.
             Some(Some(_)) => Ok(None),
             Some(None) => {
-                let found = self.find(client, key, owner).await?;
+                let queue = self.paths.queue(key);
+                let found = mine::find(&self.connection, client, &queue, owner.as_str()).await?;
                 match &found {
-                    Some(mine) => self.mines.put(key, owner, mine.clone(), None),
+                    Some(mine) => self.mines.put(key, owner, &queue, mine.clone(), None),
                     None => self.mines.forget(key, owner),
                 }
                 Ok(found)
@@ -215,7 +183,7 @@ impl ZkStore {
             };
             let path = format!("{}/{name}", self.paths.queue(key));
             if parsed.owner == owner.as_str() && path != mine.path {
-                self.mines.delete_stray(path);
+                self.mines.delete_stray(path, mine.session);
                 continue;
             }
             entries.push(Entry {
@@ -233,14 +201,18 @@ impl ZkStore {
         entries
     }
 
-    /// Whether another entry is in `key`'s queue (for an answer that the caller's is gone).
-    async fn held(&self, client: &zk::Client, key: &str) -> EngineResult<bool> {
+    /// Whether another owner's entry is in `key`'s queue (for an answer that `owner`'s is
+    /// gone).
+    async fn held(&self, client: &zk::Client, key: &str, owner: &Owner) -> EngineResult<bool> {
         let children = self
             .connection
             .within(client.list_children(&self.paths.queue(key)))
             .await;
         match children {
-            Ok(children) => Ok(children.iter().any(|name| nodes::parse(name).is_some())),
+            Ok(children) => Ok(children
+                .iter()
+                .filter_map(|name| nodes::parse(name))
+                .any(|name| name.owner != owner.as_str())),
             Err(failure) if no_node(&failure) => Ok(false),
             Err(failure) => Err(failure),
         }
@@ -318,14 +290,19 @@ impl Store for ZkStore {
         let client = self.connection.client().await?;
         self.fits_session(&client, ttl)?;
         let queue = self.paths.queue(key);
+        // Before anything is sent: a deletion told after this may be one the read missed.
+        let at = self.wakes.now();
         let mut joined = None;
         if let Some(mine) = self.mine(&client, key, owner).await? {
             // Keeps its place: its time starts again if it is still there.
             let checked = self.mines.touch(&client, &mine.path, &self.data(ttl));
             let children = client.list_children(&queue);
-            let (checked, children) = tokio::join!(checked, children);
-            let present = self.connection.within(async { checked }).await?;
-            let children = self.connection.within(async { children }).await?;
+            let (checked, children) = self
+                .connection
+                .within(async { Ok(tokio::join!(checked, children)) })
+                .await?;
+            let present = checked.map_err(|err| self.connection.failure(err))?;
+            let children = children.map_err(|err| self.connection.failure(err))?;
             if present && self.mines.renewed(key, owner, &mine, ttl) {
                 joined = Some((mine, children));
             } else if !present {
@@ -336,31 +313,28 @@ impl Store for ZkStore {
             Some(joined) => joined,
             None => {
                 let (mine, children) = self.create(&client, key, owner, kind, ttl).await?;
-                self.mines.put(key, owner, mine.clone(), Some(ttl));
+                self.mines.put(key, owner, &queue, mine.clone(), Some(ttl));
                 (mine, children)
             }
         };
-        let at = self.wakes.now();
         let entries = self.entries(key, &children, &mine, owner);
         Ok(Read { entries, at })
     }
 
     async fn leave(&self, key: &str, owner: &Owner) -> EngineResult<Presence> {
         let client = self.connection.client().await?;
-        let (path, lapsed) = match self.mine(&client, key, owner).await? {
-            Some(mine) => (mine.path, false),
-            None => match self.mines.lapsed(key, owner) {
-                Some(path) => (path, true),
-                None => {
-                    self.mines.forget(key, owner);
-                    let held = self.held(&client, key).await?;
-                    return Ok(Presence::Absent { held });
-                }
-            },
+        let Some(mine) = self.mine(&client, key, owner).await? else {
+            // Gone, or past its lease (and being deleted).
+            self.mines.forget(key, owner);
+            let held = self.held(&client, key, owner).await?;
+            return Ok(Presence::Absent { held });
         };
-        let deleted = self.connection.within(client.delete(&path, None)).await;
+        let deleted = self
+            .connection
+            .within(client.delete(&mine.path, None))
+            .await;
         let present = match deleted {
-            Ok(()) => !lapsed,
+            Ok(()) => true,
             Err(failure) if no_node(&failure) => false,
             // Kept until the delete is confirmed or the session ended.
             Err(failure) => return Err(failure),
@@ -369,7 +343,7 @@ impl Store for ZkStore {
         match present {
             true => Ok(Presence::Present),
             false => Ok(Presence::Absent {
-                held: self.held(&client, key).await?,
+                held: self.held(&client, key, owner).await?,
             }),
         }
     }
@@ -420,7 +394,7 @@ impl Store for ZkStore {
             answers.push(Some(match present {
                 true => Presence::Present,
                 false => Presence::Absent {
-                    held: self.held(&client, renewal.key).await?,
+                    held: self.held(&client, renewal.key, renewal.owner).await?,
                 },
             }));
         }
@@ -481,7 +455,7 @@ impl Store for ZkStore {
     /// lease from its last write, on the server's clock (ZooKeeper deletes it only with its
     /// session, or its process once the lease ran out).
     async fn time_left(&self, key: &str, entry: &Entry<i64>) -> Option<Duration> {
-        if let Some(left) = self.mines.time_left(&entry.owner) {
+        if let Some(left) = self.mines.time_left(key, &entry.owner) {
             return Some(left);
         }
         let client = self.connection.client().await.ok()?;

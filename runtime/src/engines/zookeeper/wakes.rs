@@ -7,6 +7,7 @@
 //! once. Either way its going is told to the queue engine's watch after the waiter's read of
 //! the queue, so it is never taken as a deletion the read had already seen. A watch that ends
 //! otherwise (the session ended, the request failed) tells the same: its waiter looks again.
+//! A watch stops, telling nothing, once nobody follows its queue any more.
 
 use crate::engines::queue::store::{Deletion, Deletions};
 use futures_util::StreamExt;
@@ -70,6 +71,7 @@ impl Wakes {
                 continue;
             }
             let watch = Watch {
+                followers: queue.deletions.clone(),
                 queues: self.queues.clone(),
                 told: self.told.clone(),
                 key: key.to_owned(),
@@ -93,6 +95,8 @@ impl Wakes {
 
 /// One entry watched for one following of a queue.
 struct Watch {
+    /// The queue's stream: the watch stops once it is dropped.
+    followers: mpsc::UnboundedSender<Deletion>,
     queues: Arc<Mutex<HashMap<String, Queue>>>,
     told: Arc<AtomicU64>,
     key: String,
@@ -102,8 +106,18 @@ struct Watch {
 }
 
 impl Watch {
-    /// Waits until the entry is gone (or the watch ended otherwise), then tells it.
+    /// Waits until the entry is gone (or the watch ended otherwise), then tells it; stops once
+    /// nobody follows the queue.
     async fn run(self, client: zk::Client) {
+        let followers = self.followers.clone();
+        tokio::select! {
+            () = followers.closed() => {}
+            () = self.gone(&client) => self.tell(),
+        }
+    }
+
+    /// Resolves once the entry is gone, or its watch ended otherwise.
+    async fn gone(&self, client: &zk::Client) {
         loop {
             let watcher = match client.check_and_watch_stat(&self.path).await {
                 Ok((Some(_), watcher)) => watcher,
@@ -115,7 +129,6 @@ impl Watch {
                 break;
             }
         }
-        self.tell();
     }
 
     fn tell(self) {

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::faults::{DropMode, Faults, Ticket};
+use super::faults::{DropMode, Faults, Framing, Ticket};
 use crate::resp::try_frame_len;
 
 const READ_SIZE: usize = 16 * 1024;
@@ -114,13 +114,13 @@ struct RequestCounter {
 impl Filter for RequestCounter {
     const REQUESTS: bool = true;
 
-    fn filter(&mut self, chunk: Vec<u8>, _faults: &Faults) -> Pass {
+    fn filter(&mut self, chunk: Vec<u8>, faults: &Faults) -> Pass {
         let mut commands = 0;
         if !self.lost {
             self.partial.extend_from_slice(&chunk);
             let mut start = 0;
             loop {
-                match request_len(&self.partial[start..]) {
+                match request_len(faults.framing, &self.partial[start..]) {
                     Ok(Some(len)) => {
                         start += len;
                         commands += 1;
@@ -147,13 +147,36 @@ impl Filter for RequestCounter {
 }
 
 /// Length of the first client command: a RESP array or, as Redis also
-/// accepts, an inline command terminated by a newline.
-fn request_len(buf: &[u8]) -> Result<Option<usize>, ()> {
+/// accepts, an inline command terminated by a newline; or one packet.
+fn request_len(framing: Framing, buf: &[u8]) -> Result<Option<usize>, ()> {
+    if framing == Framing::LengthPrefixed {
+        return packet_len(buf).map_err(drop);
+    }
     match buf.first() {
         None => Ok(None),
         Some(b'*') => try_frame_len(buf).map_err(drop),
         Some(_) => Ok(buf.iter().position(|&b| b == b'\n').map(|i| i + 1)),
     }
+}
+
+/// Length of the first reply in `buf`, cut as `framing` cuts it (`None`: incomplete).
+fn reply_len(framing: Framing, buf: &[u8]) -> Result<Option<usize>, String> {
+    match framing {
+        Framing::Resp => try_frame_len(buf).map_err(|e| e.to_string()),
+        Framing::LengthPrefixed => packet_len(buf),
+    }
+}
+
+/// Length of the first length-prefixed packet in `buf`, prefix included.
+fn packet_len(buf: &[u8]) -> Result<Option<usize>, String> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(prefix.try_into().expect("four bytes")) as usize;
+    if len > 64 << 20 {
+        return Err(format!("a packet of {len} bytes"));
+    }
+    Ok((buf.len() >= 4 + len).then_some(4 + len))
 }
 
 /// Server → client: forwards whole frames only, swallowing those an armed
@@ -181,7 +204,7 @@ impl Filter for ReplyFilter {
         let mut start = 0;
         let mut reset = false;
         while start < self.pending.len() {
-            match try_frame_len(&self.pending[start..]) {
+            match reply_len(faults.framing, &self.pending[start..]) {
                 Ok(Some(len)) => {
                     let frame = &self.pending[start..start + len];
                     start += len;
@@ -205,7 +228,7 @@ impl Filter for ReplyFilter {
                 Ok(None) => break,
                 Err(e) => {
                     eprintln!(
-                        "fault proxy: server sent non-RESP data ({e}); forwarding it unframed"
+                        "fault proxy: server sent data it cannot frame ({e}); forwarding it unframed"
                     );
                     self.unframed = true;
                     out.extend_from_slice(&self.pending[start..]);

@@ -50,6 +50,8 @@ struct Connections {
 
 #[derive(Debug)]
 pub(super) struct Faults {
+    /// How the byte streams are cut into requests and replies.
+    pub(super) framing: Framing,
     /// A watch so that chunks already waiting out a delay notice a change.
     delay: watch::Sender<Duration>,
     refuse: AtomicBool,
@@ -67,6 +69,15 @@ pub(super) struct Faults {
     connections: Mutex<Connections>,
     /// Signalled whenever a connection closes.
     connection_closed: Condvar,
+}
+
+/// How a protocol cuts its byte streams into requests and replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// RESP frames (Redis, Valkey).
+    Resp,
+    /// A 4-byte big-endian length, then that many bytes (ZooKeeper's packets).
+    LengthPrefixed,
 }
 
 /// Registration of one accepted connection; dropping it unregisters.
@@ -95,8 +106,9 @@ impl Drop for Ticket {
 }
 
 impl Faults {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(framing: Framing) -> Self {
         Faults {
+            framing,
             delay: watch::Sender::new(Duration::ZERO),
             refuse: AtomicBool::new(false),
             blackhole: watch::Sender::new(false),
