@@ -2,7 +2,7 @@
 # Runs the whole test suite against real servers on a fresh machine.
 #
 # The tests start their own redis-server, redis-sentinel, valkey-server, etcd, PostgreSQL,
-# PgBouncer and MariaDB processes (own ports, own temp dirs) and stop them by PID; they never use
+# PgBouncer, MariaDB and ZooKeeper processes (own ports, own temp dirs) and stop them by PID; they never use
 # a server that happens to be running. scripts/deps.sh installs what is missing first (see there).
 #
 # With no arguments, every test target runs, in two lanes side by side once everything is
@@ -16,8 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 
-# The CLI's etcd, postgres and mysql features too (the runtime's are on for the test crate already).
-cargo_test=(cargo test --workspace --locked --features distlock-cli/etcd,distlock-cli/postgres,distlock-cli/mysql)
+# The CLI's etcd, postgres, mysql and zookeeper features too (the runtime's are on for the test
+# crate already).
+cargo_test=(cargo test --workspace --locked --features distlock-cli/etcd,distlock-cli/postgres,distlock-cli/mysql,distlock-cli/zookeeper)
 if [ "$#" -gt 0 ]; then
   exec "${cargo_test[@]}" "$@"
 fi

@@ -358,6 +358,13 @@ fn processes_share_a_key_fairly_on_mysql() {
     matrix("mysql", server.url(), 0, &full_matrix());
 }
 
+/// ZooKeeper: the queue engine's FIFO, each waiter woken by a watch of the node ahead of it.
+#[test]
+fn processes_share_a_key_fairly_on_zookeeper() {
+    let ensemble = distlock_test_support::ZkEnsemble::start(3);
+    matrix("zookeeper", ensemble.url(), 0, &full_matrix());
+}
+
 #[test]
 fn processes_share_a_key_fairly_on_redlock() {
     let masters = RedisServer::start_many(3);

@@ -32,9 +32,9 @@ use std::process::ExitCode;
 #[command(name = "distlock", version)]
 struct Cli {
     /// The lock backend: redis://, rediss://, unix://, redis[s]-sentinel://,
-    /// redis[s]-cluster://, etcd[s]:// (built with the `etcd` feature), postgres:// (built with the `postgres`
-    /// feature), or three or more comma-separated redis:// URLs (Redlock) — the URL your
-    /// services use.
+    /// redis[s]-cluster://, etcd[s]://, postgres://, mysql:// or zookeeper:// (each built with
+    /// the feature of its name), or three or more comma-separated redis:// URLs (Redlock) — the
+    /// URL your services use.
     #[arg(long, env = "DISTLOCK_URL", global = true, hide_env_values = true)]
     url: Option<String>,
     /// The key prefix your services use.

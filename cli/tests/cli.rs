@@ -368,6 +368,14 @@ async fn etcd_answers_too() {
     answers("etcd", &cluster.url()).await;
 }
 
+/// The same commands on a ZooKeeper ensemble of three servers; `watch` follows a lock's nodes.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_answers_too() {
+    let ensemble = distlock_test_support::ZkEnsemble::start(3);
+    answers("zookeeper", &ensemble.url()).await;
+}
+
 /// `inspect`, `list` and `unlock` of locks `kind`'s deployment at `url` holds.
 async fn answers(kind: &str, url: &str) {
     let app = backend(url, &format!("{kind}-worker"));
