@@ -52,6 +52,11 @@ WORKLOADS:
                  engine beside distributed-lock-mysql 0.2.0 (GET_LOCK user-level locks),
                  sequential and --contenders tasks on one key: cycles/s, critical sections/s,
                  fairness, worst wait, client and server CPU per cycle
+    zookeeper    a 3-server ZooKeeper ensemble of its own: distlock's ZooKeeper engine beside
+                 zookeeper-client 0.11.2's own lock recipe (Client::lock, Curator's node names),
+                 sequential and --contenders tasks on one key, each task with a session of its
+                 own: cycles/s, critical sections/s, fairness, worst wait, client and server CPU
+                 per cycle
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -103,10 +108,11 @@ pub(crate) enum Workload {
     OpenLoop,
     Postgres,
     Mysql,
+    Zookeeper,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 11] = [
+    pub(crate) const ALL: [Workload; 12] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -118,6 +124,7 @@ impl Workload {
         Workload::OpenLoop,
         Workload::Postgres,
         Workload::Mysql,
+        Workload::Zookeeper,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -133,6 +140,7 @@ impl Workload {
             Workload::OpenLoop => "open",
             Workload::Postgres => "postgres",
             Workload::Mysql => "mysql",
+            Workload::Zookeeper => "zookeeper",
         }
     }
 }
@@ -304,7 +312,7 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                 })
                 .map_err(|name| {
                     format!(
-                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres, mysql"
+                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres, mysql, zookeeper"
                     )
                 })?
             }

@@ -11,13 +11,20 @@ use std::time::Duration;
 
 /// TTL of the peers' locks and of `distlock-fixed`; long enough never to expire in a workload.
 pub(crate) const FIXED_TTL: Duration = Duration::from_secs(10);
-/// distlock's wait budget when a key is busy, and distributed-lock-postgres's and
-/// distributed-lock-mysql's: far beyond any wait a workload can see, so a `Busy` result (a
-/// timeout) is a failure worth reporting, not part of the workload.
+/// distlock's wait budget when a key is busy, and distributed-lock-postgres's,
+/// distributed-lock-mysql's and zookeeper-client's: far beyond any wait a workload can see, so a
+/// `Busy` result (a timeout) is a failure worth reporting, not part of the workload.
 const DISTLOCK_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) const RSLOCK_VERSION: &str = "0.10.0";
 pub(crate) const REDLOCK_VERSION: &str = "2.0.0";
+
+/// zookeeper-client's locks: each key a directory (a container node, made with its parent on
+/// the first lock of the key, as Curator's `creatingParentContainersIfNeeded` makes them) under
+/// this one, as distlock's are under its prefix's node.
+const ZOOKEEPER_CLIENT_ROOT: &str = "/zookeeper-client";
+/// The name Curator's `InterProcessMutex` gives its lock nodes: `_c_<uuid>-lock-<sequence>`.
+const ZOOKEEPER_CLIENT_LOCK_NAME: &str = "lock-";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum LibId {
@@ -40,6 +47,10 @@ pub(crate) enum LibId {
     /// distributed-lock-mysql: MySQL user-level locks (`GET_LOCK` on a pooled sqlx 0.8
     /// connection, held until `RELEASE_LOCK`): the mysql workload's peer.
     DistributedLockMysql,
+    /// zookeeper-client's own lock recipe (`Client::lock` with a Curator prefix: an ephemeral
+    /// sequential node, each waiter watching the node ahead of its own), one session per
+    /// client: the zookeeper workload's peer.
+    ZookeeperClient,
 }
 
 impl LibId {
@@ -60,6 +71,7 @@ impl LibId {
             LibId::EtcdLock => "etcd-lock",
             LibId::DistributedLockPg => "distributed-lock-pg",
             LibId::DistributedLockMysql => "distributed-lock-mysql",
+            LibId::ZookeeperClient => "zookeeper-client",
         }
     }
 
@@ -88,6 +100,7 @@ enum Inner {
     EtcdLock(Box<EtcdSession>),
     DistributedLockPg(distributed_lock_postgres::PostgresLockProvider),
     DistributedLockMysql(distributed_lock_mysql::MySqlLockProvider),
+    ZookeeperClient(zookeeper_client::Client),
 }
 
 /// An etcd-client connection, and the sessions its locks are taken in: etcd's lock service
@@ -153,6 +166,8 @@ pub(crate) enum Held {
     /// The pooled connection that holds the user-level lock, given back to the pool at the
     /// release.
     DistributedLockMysql(distributed_lock_mysql::MySqlLockHandle),
+    /// The path of the lock node, which the release deletes.
+    ZookeeperClient(String),
 }
 
 impl Client {
@@ -183,6 +198,9 @@ impl Client {
                 return Err(
                     "distributed-lock-mysql connects with Client::distributed_lock_mysql".into(),
                 )
+            }
+            LibId::ZookeeperClient => {
+                return Err("zookeeper-client connects with Client::zookeeper_client".into())
             }
         };
         Ok(Client { lib, inner })
@@ -236,6 +254,19 @@ impl Client {
         })
     }
 
+    /// zookeeper-client on the ensemble of `hosts` (`host:port`): one session, opened here, on a
+    /// server the crate picks at random among them (as distlock's ZooKeeper engine does), with
+    /// its default session timeout.
+    pub(crate) async fn zookeeper_client(hosts: &[String]) -> Result<Client, String> {
+        let client = zookeeper_client::Client::connect(&hosts.join(","))
+            .await
+            .map_err(|err| format!("zookeeper-client: {err}"))?;
+        Ok(Client {
+            lib: LibId::ZookeeperClient,
+            inner: Inner::ZookeeperClient(client),
+        })
+    }
+
     /// distlock on a backend built by the caller (a setting the other libraries lack), with the
     /// watchdog lease.
     pub(crate) fn distlock(backend: Backend) -> Client {
@@ -261,7 +292,9 @@ impl Client {
     /// distlock's wait budget (which PostgreSQL enforces as `lock_timeout` while the waiter sits
     /// in its lock queue, inside `pg_advisory_lock`), distributed-lock-mysql's `acquire` with
     /// the same budget (`GET_LOCK`'s timeout: the waiter blocks inside the server until the
-    /// holder's `RELEASE_LOCK` or the timeout).
+    /// holder's `RELEASE_LOCK` or the timeout), zookeeper-client's `lock` within the same budget
+    /// (it has none of its own; its future is cancel safe: a lock given up on is deleted). `lock`
+    /// returns once the node it made is the oldest of the directory's: the lock is held.
     pub(crate) async fn acquire(&self, key: &str) -> Result<Held, String> {
         match &self.inner {
             Inner::Distlock { backend, lease } => Lock::new(key)
@@ -318,6 +351,7 @@ impl Client {
                 .await
                 .map(Held::DistributedLockMysql)
                 .map_err(|err| err.to_string()),
+            Inner::ZookeeperClient(client) => zookeeper_client_lock(client, key).await,
         }
     }
 
@@ -357,6 +391,12 @@ impl Client {
             (Inner::DistributedLockMysql(_), Held::DistributedLockMysql(handle)) => {
                 handle.release().await.map_err(|err| err.to_string())
             }
+            // The lock node deleted, and the deletion answered: the next waiter's watch fires
+            // on it. (See `zookeeper_client_lock` for why this is not the guard's drop.)
+            (Inner::ZookeeperClient(client), Held::ZookeeperClient(path)) => client
+                .delete(&path, None)
+                .await
+                .map_err(|err| format!("zookeeper-client: deleting {path}: {err}")),
             _ => Err("a lock released through another library's client".into()),
         }
     }
@@ -368,6 +408,43 @@ impl Client {
             self.release(held).await?;
         }
         Ok(())
+    }
+}
+
+/// zookeeper-client's lock on `key`: `Client::lock` with Curator's prefix in the key's directory,
+/// the directory (and its parent) made as containers when missing, within [`DISTLOCK_WAIT`].
+///
+/// The crate releases a lock by dropping its guard: `LockClient`'s `Drop` spawns a task that
+/// deletes the node in the background and returns at once. Dropping it would let a cycle end
+/// before its release reached the ensemble (the next lock's requests overtaking the deletion),
+/// where every other library's release here is awaited. So the guard is forgotten once the lock
+/// is held, keeping only its node's path, and the release deletes that node itself and waits
+/// for the answer (the crate's own lock test deletes a lock node with `Client::delete` too).
+/// Forgetting the guard leaks the path's string and nothing else: it borrows the client and owns
+/// only that. Dropping it after the deletion instead would send a second delete, a write
+/// through the leader that fails.
+async fn zookeeper_client_lock(
+    client: &zookeeper_client::Client,
+    key: &str,
+) -> Result<Held, String> {
+    use zookeeper_client as zk;
+    let dir = format!("{ZOOKEEPER_CLIENT_ROOT}/{key}");
+    let prefix = zk::LockPrefix::new_curator(&dir, ZOOKEEPER_CLIENT_LOCK_NAME)
+        .map_err(|err| format!("zookeeper-client: lock prefix {dir}: {err}"))?;
+    let parents = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+    let options = zk::LockOptions::new(zk::Acls::anyone_all())
+        .with_ancestor_options(parents)
+        .map_err(|err| format!("zookeeper-client: lock options: {err}"))?;
+    match tokio::time::timeout(DISTLOCK_WAIT, client.lock(prefix, b"", options)).await {
+        Ok(Ok(lock)) => {
+            let path = lock.lock_path().to_owned();
+            std::mem::forget(lock);
+            Ok(Held::ZookeeperClient(path))
+        }
+        Ok(Err(err)) => Err(format!("zookeeper-client: lock {dir}: {err}")),
+        Err(_) => Err(format!(
+            "zookeeper-client: lock {dir} not held within {DISTLOCK_WAIT:?}"
+        )),
     }
 }
 

@@ -354,6 +354,7 @@ impl Report {
         targets.extend(self.open_loop_targets());
         targets.extend(self.postgres_targets(config));
         targets.extend(self.mysql_targets(config));
+        targets.extend(self.zookeeper_targets(config));
         // Reported, not judged: on two cores the masters and the client share the CPUs, so the
         // ratio is a CPU ratio, set by the fenced script every master runs.
         targets.push(Target::report(
@@ -499,6 +500,48 @@ impl Report {
                 "mysql_contended",
                 "mysql: largest worker share of the mean",
                 self.num("mysql_contended", d, "worker_share_max"),
+                1.2,
+                "",
+            ),
+        ]
+    }
+
+    /// The zookeeper workload's targets, the issue's: distlock at least as fast as
+    /// zookeeper-client's own lock recipe in sequence, 1.2 x its critical sections per second
+    /// contended, and the tasks sharing the lock as evenly as on the other servers (both locks
+    /// are FIFO queues of nodes).
+    fn zookeeper_targets(&self, config: &Config) -> [Target; 4] {
+        let d = LibId::Distlock;
+        [
+            Target::at_least(
+                "zookeeper_sequential",
+                "zookeeper: cycles/s as a ratio to zookeeper-client's lock",
+                self.num("zookeeper_sequential", d, "ratio_to_zookeeper_client"),
+                1.0,
+                "",
+            ),
+            Target::at_least(
+                "zookeeper_contended",
+                &format!(
+                    "zookeeper: critical sections/s, {} tasks (a session each), as a ratio to \
+                     zookeeper-client's lock",
+                    config.contenders
+                ),
+                self.num("zookeeper_contended", d, "ratio_to_zookeeper_client"),
+                1.2,
+                "",
+            ),
+            Target::at_least(
+                "zookeeper_contended",
+                "zookeeper: smallest worker share of the mean",
+                self.num("zookeeper_contended", d, "worker_share_min"),
+                0.8,
+                "",
+            ),
+            Target::at_most(
+                "zookeeper_contended",
+                "zookeeper: largest worker share of the mean",
+                self.num("zookeeper_contended", d, "worker_share_max"),
                 1.2,
                 "",
             ),
@@ -880,6 +923,7 @@ impl Report {
 
         self.postgres_sections(&mut out, config);
         self.mysql_sections(&mut out, config);
+        self.zookeeper_sections(&mut out, config);
 
         let _ = writeln!(out, "\nTargets (distlock, medians)");
         for t in &self.targets {
@@ -967,6 +1011,42 @@ impl Report {
                 ),
                 ("share min", "worker_share_min"),
                 ("share max", "worker_share_max"),
+                ("wait p50 us", "wait_p50_us"),
+                ("wait max us", "wait_max_us"),
+                ("violations", "violations"),
+            ],
+        );
+    }
+
+    /// The zookeeper workload's tables: 12a and 12b.
+    fn zookeeper_sections(&self, out: &mut String, config: &Config) {
+        self.section(
+            out,
+            "zookeeper_sequential",
+            "12a. ZooKeeper, 3 servers, sequential: 1 task, acquire + release of distinct keys",
+            &[
+                ("cycles/s", "cycles_per_s"),
+                ("p50 us", "p50_us"),
+                ("p99 us", "p99_us"),
+                ("x zookeeper-client", "ratio_to_zookeeper_client"),
+                ("client CPU us/cycle", "client_cpu_us_per_cycle"),
+                ("ZooKeeper CPU us/cycle", "zookeeper_cpu_us_per_cycle"),
+            ],
+        );
+        self.section(
+            out,
+            "zookeeper_contended",
+            &format!(
+                "12b. ZooKeeper, 3 servers, contended: {} tasks in one process on one key, a \
+                 session each",
+                config.contenders
+            ),
+            &[
+                ("CS/s", "cs_per_s"),
+                ("x zookeeper-client", "ratio_to_zookeeper_client"),
+                ("share min", "worker_share_min"),
+                ("share max", "worker_share_max"),
+                ("handoff p50 us", "handoff_p50_us"),
                 ("wait p50 us", "wait_p50_us"),
                 ("wait max us", "wait_max_us"),
                 ("violations", "violations"),

@@ -7,8 +7,11 @@ use crate::clients::{Client, LibId};
 use crate::floor;
 use crate::workloads::{
     attribute, contended, etcd, held, mysql, open_loop, postgres, redlock, replicated, uncontended,
+    zookeeper,
 };
-use distlock_test_support::{EtcdCluster, MariaDbServer, PgServer, RedisServer, ServerConfig};
+use distlock_test_support::{
+    EtcdCluster, MariaDbServer, PgServer, RedisServer, ServerConfig, ZkEnsemble,
+};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 25] = [
+pub(crate) const SECTIONS: [&str; 27] = [
     "sequential",
     "parallel",
     "contended",
@@ -43,6 +46,8 @@ pub(crate) const SECTIONS: [&str; 25] = [
     "postgres_contended",
     "mysql_sequential",
     "mysql_contended",
+    "zookeeper_sequential",
+    "zookeeper_contended",
 ];
 
 /// The open-loop sections: key choice, offered rate in percent of rslock's closed-loop parallel
@@ -149,6 +154,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
     let mut pg_server: Option<PgServer> = None;
     // The mysql workload's server, likewise.
     let mut mariadb_server: Option<MariaDbServer> = None;
+    // The zookeeper workload's ensemble, likewise.
+    let mut zk_ensemble: Option<ZkEnsemble> = None;
     let mut measured = Measured {
         redis_version,
         placement,
@@ -190,13 +197,15 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                                     .await
                             }
                             // A fixed lease is never renewed: nothing to measure. The FIFO
-                            // floor, etcd's lock service, distributed-lock-postgres and
-                            // distributed-lock-mysql are never among `config.libs`.
+                            // floor, etcd's lock service, distributed-lock-postgres,
+                            // distributed-lock-mysql and zookeeper-client are never among
+                            // `config.libs`.
                             LibId::DistlockFixed
                             | LibId::FifoFloor
                             | LibId::EtcdLock
                             | LibId::DistributedLockPg
-                            | LibId::DistributedLockMysql => continue,
+                            | LibId::DistributedLockMysql
+                            | LibId::ZookeeperClient => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -264,6 +273,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                     .await
                 }
                 Workload::Mysql => mysql_sections(config, &mut mariadb_server, rep).await?,
+                Workload::Zookeeper => zookeeper_sections(config, &mut zk_ensemble, rep).await?,
                 Workload::Replicated => {
                     if replicated_pair.is_empty() {
                         let primary = RedisServer::start_with(server_config(config));
@@ -313,6 +323,36 @@ async fn mysql_sections(
     let server = server.as_ref().expect("started above");
     Ok(mysql::run(
         server,
+        config.duration,
+        config.contenders,
+        config.critical_section,
+        rep,
+    )
+    .await)
+}
+
+/// The zookeeper workload's repetition `rep`, on the ensemble started (into `ensemble`) at its
+/// first repetition and kept for the whole run, as the mysql workload's server; a new ensemble
+/// first runs one repetition whose numbers are dropped ([`zookeeper::warm`]).
+async fn zookeeper_sections(
+    config: &Config,
+    ensemble: &mut Option<ZkEnsemble>,
+    rep: usize,
+) -> Result<Vec<(&'static str, Vec<(LibId, Outcome)>)>, String> {
+    if ensemble.is_none() {
+        let started = zookeeper::start(config.pin)?;
+        zookeeper::warm(
+            &started,
+            config.duration,
+            config.contenders,
+            config.critical_section,
+        )
+        .await;
+        *ensemble = Some(started);
+    }
+    let ensemble = ensemble.as_ref().expect("started above");
+    Ok(zookeeper::run(
+        ensemble,
         config.duration,
         config.contenders,
         config.critical_section,

@@ -77,7 +77,8 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         assert_eq!(floor["violations"], 0.0, "{section}: {floor}");
     }
     assert!(json["results"]["sequential"]["fifo-floor"].is_null());
-    // The servers of their own: etcd's, PostgreSQL's and MariaDB's sections have both rows.
+    // The servers of their own: etcd's, PostgreSQL's, MariaDB's and ZooKeeper's sections have
+    // both rows.
     for (section, peer) in [
         ("etcd_sequential", "etcd-lock"),
         ("etcd_contended", "etcd-lock"),
@@ -85,6 +86,8 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
         ("postgres_contended", "distributed-lock-pg"),
         ("mysql_sequential", "distributed-lock-mysql"),
         ("mysql_contended", "distributed-lock-mysql"),
+        ("zookeeper_sequential", "zookeeper-client"),
+        ("zookeeper_contended", "zookeeper-client"),
     ] {
         for lib in ["distlock", peer] {
             let row = &json["results"][section][lib];
@@ -94,7 +97,11 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
             );
         }
     }
-    for section in ["postgres_contended", "mysql_contended"] {
+    for section in [
+        "postgres_contended",
+        "mysql_contended",
+        "zookeeper_contended",
+    ] {
         assert_eq!(
             json["results"][section]["distlock"]["violations"], 0.0,
             "{section}: {json}"

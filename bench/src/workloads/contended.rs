@@ -70,25 +70,8 @@ pub(crate) async fn contend(
     let key = key.to_owned();
     let per_worker = run_workers(client, workers, move |i, client| {
         let key = key.clone();
-        async move {
-            tokio::time::sleep_until(start.into()).await;
-            let mut acquisitions = Vec::with_capacity(1 << 12);
-            while Instant::now() < deadline {
-                let asked = wall_ns();
-                let held = client.acquire(&key).await?;
-                let acquired = wall_ns();
-                spin(critical_section);
-                let releasing = wall_ns();
-                client.release(held).await?;
-                acquisitions.push(Acquisition {
-                    worker: first_worker + i,
-                    asked,
-                    acquired,
-                    releasing,
-                });
-            }
-            Ok::<_, String>(acquisitions)
-        }
+        let worker = first_worker + i;
+        async move { work(&client, &key, worker, start, deadline, critical_section).await }
     })
     .await;
     let mut all = Vec::new();
@@ -96,6 +79,69 @@ pub(crate) async fn contend(
         all.extend(worker?);
     }
     Ok(all)
+}
+
+/// As [`contend`], one task per client of `clients` (worker `i` on `clients[i]`), for the
+/// workloads whose contenders each have a connection or session of their own, as separate
+/// processes would: no client is shared. Async clients only.
+pub(crate) async fn contend_apart(
+    clients: &[Arc<Client>],
+    key: &str,
+    duration: Duration,
+    critical_section: Duration,
+) -> Result<Vec<Acquisition>, String> {
+    if clients.iter().any(|client| client.is_blocking()) {
+        return Err("contend_apart runs async clients only".into());
+    }
+    let start = Instant::now() + START_DELAY;
+    let deadline = start + duration;
+    let tasks: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(worker, client)| {
+            let (client, key) = (client.clone(), key.to_owned());
+            tokio::spawn(async move {
+                work(&client, &key, worker, start, deadline, critical_section).await
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        let acquisitions = task
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        all.extend(acquisitions?);
+    }
+    Ok(all)
+}
+
+/// One worker's loop on `key` from `start` to `deadline`: acquire, `critical_section` of busy
+/// work, release.
+async fn work(
+    client: &Client,
+    key: &str,
+    worker: usize,
+    start: Instant,
+    deadline: Instant,
+    critical_section: Duration,
+) -> Result<Vec<Acquisition>, String> {
+    tokio::time::sleep_until(start.into()).await;
+    let mut acquisitions = Vec::with_capacity(1 << 12);
+    while Instant::now() < deadline {
+        let asked = wall_ns();
+        let held = client.acquire(key).await?;
+        let acquired = wall_ns();
+        spin(critical_section);
+        let releasing = wall_ns();
+        client.release(held).await?;
+        acquisitions.push(Acquisition {
+            worker,
+            asked,
+            acquired,
+            releasing,
+        });
+    }
+    Ok(acquisitions)
 }
 
 /// One process, `workers` tasks.

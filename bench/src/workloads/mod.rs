@@ -11,6 +11,7 @@ pub(crate) mod postgres;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod uncontended;
+pub(crate) mod zookeeper;
 
 /// Lets every worker (task, thread or process) be started before the clock runs.
 pub(crate) const START_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
