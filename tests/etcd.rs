@@ -1,269 +1,29 @@
-//! The etcd engine under faults, on a real 3-member etcd cluster started per test: its leader
-//! killed and a follower paused under load from several processes, a holder paused past its
-//! lease, the majority of members down. A separate Redis (the resource) records every critical
-//! section and fences its writes.
+//! The etcd engine under faults, on a real 3-member etcd cluster started per test: the tests
+//! written once for etcd and ZooKeeper (`consensus_faults`: the leader killed and a follower
+//! paused under load from several processes, a holder paused past its lease, the majority of
+//! members down, waiters woken in queue order), called here on etcd under their names, and a
+//! member cut off from the client.
 //!
 //! Figures are printed as `ETCD …` lines on stderr.
 
 mod common;
+mod consensus_faults;
 
-use common::etcd::until_on_etcd;
-use common::sections::{self, Tally};
-use common::worker::{self, Worker};
-use common::PREFIX;
-use distlock::redis::{FencedStore, FencedWrite};
-use distlock::{Backend, Lock, LockError, LostReason};
-use distlock_test_support::{EtcdCluster, FaultProxy, RedisServer};
+use consensus_faults::backend;
+use distlock::Lock;
+use distlock_test_support::{EtcdCluster, FaultProxy};
 use std::time::{Duration, Instant};
-
-const PROCESSES: usize = 3;
-/// The paused holder's watchdog lease: etcd's least, one second.
-const HOLDER_LEASE: Duration = Duration::from_secs(1);
 
 /// The entry point of every worker process; a no-op in a normal test run.
 #[test]
 fn worker_entry() {
-    let Some(role) = worker::role() else { return };
-    worker::runtime().block_on(async move {
-        match role.as_str() {
-            "sections" => sections::run().await,
-            "hold" => hold().await,
-            other => panic!("unknown worker role {other}"),
-        }
-    });
+    let Some(role) = common::worker::role() else {
+        return;
+    };
+    common::worker::runtime().block_on(consensus_faults::play(&role));
 }
 
-fn backend(url: &str, lease: Duration) -> Backend {
-    Backend::builder(url)
-        .prefix(PREFIX)
-        .watchdog_lease(lease)
-        .build()
-        .unwrap()
-}
-
-/// 3 processes × 4 tasks loop fenced sections on one key; a follower is paused for a second,
-/// then the leader is killed and later started again. Every section completes, none overlaps,
-/// no token goes back, the fence rejects nothing.
-#[test]
-fn leader_killed_and_follower_paused_under_load_never_overlap_or_go_back() {
-    let mut cluster = EtcdCluster::start(3);
-    let resource = RedisServer::start();
-    let mut workers: Vec<Worker> = (0..PROCESSES)
-        .map(|index| {
-            let env = sections::worker_env(&cluster.url(), &resource, index);
-            let env: Vec<(&str, String)> = env.into_iter().collect();
-            Worker::spawn("worker_entry", "sections", &env)
-        })
-        .collect();
-    worker::start_together(&mut workers);
-    sections::wait_for_tokens(&resource, 100);
-
-    let leader = cluster.leader();
-    let follower = (leader + 1) % 3;
-    cluster.pause(follower);
-    let paused_at = sections::tokens_len(&resource);
-    sections::wait_for_tokens(&resource, paused_at + 100);
-    cluster.resume(follower);
-
-    let before_kill = sections::tokens_len(&resource);
-    let killed_at = Instant::now();
-    cluster.kill(leader);
-    let new_leader = cluster.leader();
-    let elected = killed_at.elapsed();
-    sections::wait_for_tokens(&resource, before_kill + 100);
-    let resumed = killed_at.elapsed();
-    cluster.restart(leader);
-    sections::wait_for_tokens(&resource, sections::tokens_len(&resource) + 100);
-
-    let total = Tally::collect(&mut workers);
-    let tokens = sections::tokens(&resource);
-    let regressions = sections::regressions(&tokens);
-    eprintln!(
-        "ETCD faults under load: {PROCESSES} processes x {} tasks, {} sections; follower m{follower} \
-         paused during sections {paused_at}..{}, leader m{leader} killed after {before_kill} \
-         (m{new_leader} led {elected:?} later, 100 more sections {resumed:?} after the kill); \
-         {} overlaps, {regressions} token regressions, {} fenced writes rejected, {} errors",
-        sections::TASKS,
-        total.sections,
-        paused_at + 100,
-        total.overlaps,
-        total.rejected,
-        total.errors,
-    );
-    assert_eq!(total.overlaps, 0, "critical sections overlapped");
-    assert_eq!(regressions, 0, "fencing tokens went back");
-    assert_eq!(total.rejected, 0, "a fenced write was rejected");
-    assert_eq!(total.errors, 0, "a section did not complete");
-    assert_eq!(
-        tokens.len() as u64,
-        total.sections,
-        "every section recorded its token"
-    );
-}
-
-/// Takes the lock `held`, reports its token, and waits for the parent; then checks and writes.
-async fn hold() {
-    let backend = backend(&std::env::var("LOCK_URL").unwrap(), HOLDER_LEASE);
-    let fenced = FencedStore::open(&std::env::var("RESOURCE_URL").unwrap()).unwrap();
-    worker::hold_then_write_late(&backend, &fenced).await;
-}
-
-/// A holder stopped (SIGSTOP) while its watchdog keeps a 1 s lease: another process takes the
-/// lock only after the holder's own validity has ended (at least two thirds of the lease after
-/// the stop: its last renewal was at most a third before), with a larger token; on SIGCONT the
-/// holder's checkpoint says the lease expired and the fence rejects its late write.
-#[test]
-fn a_paused_holder_wakes_up_lost_and_its_late_write_is_rejected() {
-    let cluster = EtcdCluster::start(3);
-    let resource = RedisServer::start();
-    let env = [
-        ("LOCK_URL", cluster.url()),
-        ("RESOURCE_URL", resource.url()),
-    ];
-    let mut holder = Worker::spawn("worker_entry", "hold", &env);
-    let stale: u64 = holder
-        .expect("acquired", Duration::from_secs(30))
-        .parse()
-        .unwrap();
-    holder.signal(libc::SIGSTOP);
-    let stopped_at = Instant::now();
-
-    let runtime = worker::runtime();
-    let taker = backend(&cluster.url(), Duration::from_secs(5));
-    let (guard, taken_at) = runtime.block_on(worker::take_over_and_write(&taker, &resource.url()));
-    let fresh = guard.fencing_token();
-    holder.signal(libc::SIGCONT);
-    holder.send("go");
-    let checkpoint = holder.expect("checkpoint", Duration::from_secs(30));
-    let write = holder.expect("write", Duration::from_secs(30));
-    assert!(holder.wait().success());
-    runtime.block_on(guard.release()).unwrap();
-    let taken_after = taken_at - stopped_at;
-    eprintln!(
-        "ETCD pause: holder with a {HOLDER_LEASE:?} watchdog lease stopped; lock taken over after \
-         {taken_after:?} with token {fresh} (the holder's {stale}); on SIGCONT its checkpoint \
-         said `{checkpoint}`; its late write: {write}"
-    );
-    assert!(fresh > stale, "the new holder's token is larger");
-    let least = HOLDER_LEASE * 2 / 3 - HOLDER_LEASE / 100 - Duration::from_millis(2);
-    assert!(
-        taken_after >= least,
-        "taken over {taken_after:?} after the stop, while the holder could still believe it \
-         held the lock (its validity lasts at least {least:?} past the stop)"
-    );
-    assert_eq!(checkpoint, "lost Some(Expired)");
-    assert_eq!(
-        write,
-        format!("{:?}", FencedWrite::Rejected { highest: fresh })
-    );
-}
-
-/// With two of three members down, nothing can be committed: a call fails within its wait
-/// budget (plus a response timeout) with a backend error naming the cluster, and a holder
-/// learns from its own clock that its lease is gone before etcd could hand it to anyone.
-/// Started again, the cluster serves locks again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_the_majority_down_calls_fail_within_their_budget() {
-    let mut cluster = EtcdCluster::start(3);
-    let lease = Duration::from_secs(2);
-    let backend = backend(&cluster.url(), lease);
-    let held = Lock::new("held").on(&backend).acquire().await.unwrap();
-    let leader = cluster.leader();
-    let down = [(leader + 1) % 3, (leader + 2) % 3];
-    for member in down {
-        cluster.kill(member);
-    }
-    let killed_at = Instant::now();
-
-    let budget = Duration::from_secs(2);
-    let started = Instant::now();
-    let acquire = Lock::new("other").on(&backend).wait(budget).acquire();
-    let (acquired, lost) = tokio::join!(
-        async { (acquire.await, started.elapsed()) },
-        tokio::time::timeout(lease * 2, async {
-            let lost = held.lost().await;
-            (lost, killed_at.elapsed())
-        })
-    );
-    let (err, failed_after) = (acquired.0.unwrap_err(), acquired.1);
-    let (lost, lost_after) = lost.expect("the holder learns its lease is gone");
-    eprintln!(
-        "ETCD majority down: an acquire with a {budget:?} wait failed after {failed_after:?}: \
-         {err}; the holder of a {lease:?} lease learnt it lost it {lost_after:?} after the kill"
-    );
-    assert!(
-        matches!(err, LockError::Backend(_)),
-        "a backend error: {err:?}"
-    );
-    assert!(err.to_string().contains("etcd"), "names the cluster: {err}");
-    assert!(
-        failed_after < budget + Duration::from_millis(1500),
-        "the call outlived its wait budget: {failed_after:?}"
-    );
-    assert_eq!(lost.lost_reason(), Some(LostReason::Expired), "{lost:?}");
-    assert!(lost_after <= lease, "told only after {lost_after:?}");
-
-    for member in down {
-        cluster.restart(member);
-    }
-    let again = Lock::new("other")
-        .on(&backend)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await;
-    assert!(again.is_ok(), "the cluster serves locks again: {again:?}");
-}
-
-/// Five processes wait for one key, queued in the order they came: each release wakes only
-/// the next in line (its predecessor's deletion), which takes the lock — FIFO across
-/// processes, and no waiter asks again for a release that was not its turn.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_are_woken_one_at_a_time_in_queue_order() {
-    let cluster = EtcdCluster::start(3);
-    let holder = backend(&cluster.url(), Duration::from_secs(30));
-    let held = Lock::new("line").on(&holder).acquire().await.unwrap();
-    let (order_tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiters = Vec::new();
-    let mut backends = Vec::new();
-    for place in 0..5u64 {
-        let waiter = backend(&cluster.url(), Duration::from_secs(30));
-        let (task_backend, order_tx) = (waiter.clone(), order_tx.clone());
-        waiters.push(tokio::spawn(async move {
-            let guard = Lock::new("line")
-                .on(&task_backend)
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-                .unwrap();
-            order_tx.send(place).unwrap();
-            guard.release().await.unwrap();
-        }));
-        // In line once the queue holds its entry: the next one joins behind it.
-        let queued = until_on_etcd(&cluster, Duration::from_secs(5), async || {
-            let holder = holder.inspect("line").await.unwrap();
-            holder.and_then(|holder| holder.waiting) == Some(place + 1)
-        })
-        .await;
-        assert!(queued, "waiter {place} never queued");
-        backends.push(waiter);
-    }
-    held.release().await.unwrap();
-    for waiter in waiters {
-        waiter.await.unwrap();
-    }
-    let mut served = Vec::new();
-    while let Ok(place) = order.try_recv() {
-        served.push(place);
-    }
-    let asked: Vec<u64> = backends.iter().map(|b| b.stats().busy_replies).collect();
-    eprintln!("ETCD queue: served in order {served:?}; busy replies per waiter {asked:?}");
-    assert_eq!(served, [0, 1, 2, 3, 4], "FIFO across processes");
-    // Its first request, and the one after it watched the queue; then only its turn.
-    assert!(
-        asked.iter().all(|&busy| busy == 2),
-        "a waiter asked again for a release that was not its turn: {asked:?}"
-    );
-}
+consensus_faults::tests_on!(EtcdCluster);
 
 /// One member cut off from the client (its connection through the fault proxy blackholed:
 /// requests sent there are never answered): locks go on through the other members, each call

@@ -1,10 +1,11 @@
 //! The failover comparison: the same workload and the same fault on Sentinel without
-//! `min_replicas`, on Sentinel with `min_replicas(1)`, on a 3-member etcd cluster, and on
+//! `min_replicas`, on Sentinel with `min_replicas(1)`, on a 3-member etcd cluster, on a
+//! 3-server ZooKeeper ensemble, and on
 //! PostgreSQL with a streaming standby, asynchronous and synchronous (`synchronous_standby_names`),
 //! counting the double grants a fenced resource sees.
 //!
 //! Each round, the servers that would take over stop receiving what the primary (or leader)
-//! writes — the replicas, or etcd's followers, are paused; PostgreSQL's standby is cut off — and
+//! writes — the replicas, or etcd's or ZooKeeper's followers, are paused; PostgreSQL's standby is cut off — and
 //! a long holder asks for the key that other clients keep contending for. Then the primary
 //! (leader) is killed, the paused servers resume, and one of them takes over (the standby is
 //! promoted, and the address the clients use moves to it); the holder keeps the lock a moment
@@ -21,7 +22,9 @@ use common::worker;
 use common::PREFIX;
 use distlock::redis::{FencedStore, FencedWrite};
 use distlock::{Backend, Lock, LockError};
-use distlock_test_support::{EtcdCluster, FaultProxy, PgServer, RedisServer, SentinelGroup};
+use distlock_test_support::{
+    EtcdCluster, FaultProxy, PgServer, RedisServer, SentinelGroup, ZkEnsemble,
+};
 use redis::AsyncCommands;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -139,6 +142,46 @@ impl Deployment for Etcd {
 impl Etcd {
     fn followers(&self) -> [usize; 2] {
         [(self.leader + 1) % 3, (self.leader + 2) % 3]
+    }
+}
+
+struct Zookeeper {
+    ensemble: ZkEnsemble,
+    leader: usize,
+}
+
+impl Deployment for Zookeeper {
+    fn name(&self) -> &'static str {
+        "ZooKeeper"
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::builder(self.ensemble.url())
+            .prefix(PREFIX)
+            .watchdog_lease(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    }
+
+    fn lag(&mut self) {
+        self.leader = self.ensemble.leader();
+        for follower in [(self.leader + 1) % 3, (self.leader + 2) % 3] {
+            self.ensemble.pause(follower);
+        }
+    }
+
+    fn kill_and_fail_over(&mut self) -> Duration {
+        let killed_at = Instant::now();
+        self.ensemble.kill(self.leader);
+        for follower in [(self.leader + 1) % 3, (self.leader + 2) % 3] {
+            self.ensemble.resume(follower);
+        }
+        self.ensemble.leader();
+        killed_at.elapsed()
+    }
+
+    fn heal(&mut self) {
+        self.ensemble.restart(self.leader);
     }
 }
 
@@ -410,7 +453,7 @@ fn compare(deployments: &mut [Box<dyn Deployment>]) -> Vec<(&'static str, Outcom
 }
 
 #[test]
-fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
+fn failovers_double_grant_on_sentinel_and_never_on_etcd_or_zookeeper() {
     let outcomes = compare(&mut [
         Box::new(Sentinel {
             group: SentinelGroup::start_with_replicas(2, DOWN_AFTER),
@@ -424,12 +467,17 @@ fn failovers_double_grant_on_sentinel_and_never_on_etcd() {
             cluster: EtcdCluster::start(3),
             leader: 0,
         }),
+        Box::new(Zookeeper {
+            ensemble: ZkEnsemble::start(3),
+            leader: 0,
+        }),
     ]);
-    let etcd = &outcomes[2].1;
-    assert_eq!(
-        etcd.rounds_with_double_grants, 0,
-        "etcd granted a lock twice: {etcd:?}"
-    );
+    for (name, consensus) in &outcomes[2..] {
+        assert_eq!(
+            consensus.rounds_with_double_grants, 0,
+            "{name} granted a lock twice: {consensus:?}"
+        );
+    }
     let sentinel = &outcomes[0].1;
     assert!(
         sentinel.rounds_with_double_grants > 0,

@@ -182,21 +182,13 @@ async fn inspect_list_and_unlock_a_live_lock() {
     assert_eq!(json(&again)["removed"], false);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_shows_acquire_release_and_expiry_live() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let app = backend(&url, "worker-9");
+/// `distlock watch <args>` on `url`, running once it said what it watches (on stderr, which it
+/// then no longer reads).
+fn watching(url: &str, args: &[&str]) -> std::process::Child {
     let mut watch = Command::new(DISTLOCK)
-        .args([
-            "watch",
-            "job:1",
-            "--enable-notifications",
-            "--json",
-            "--count",
-            "7",
-        ])
-        .env("DISTLOCK_URL", &url)
+        .arg("watch")
+        .args(args)
+        .env("DISTLOCK_URL", url)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -205,7 +197,22 @@ async fn watch_shows_acquire_release_and_expiry_live() {
     BufReader::new(watch.stderr.take().unwrap())
         .read_line(&mut started)
         .unwrap();
-    assert!(started.starts_with("watching `job:1`"), "{started}");
+    assert!(
+        started.starts_with(&format!("watching `{}`", args[0])),
+        "{started}"
+    );
+    watch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_acquire_release_and_expiry_live() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let app = backend(&url, "worker-9");
+    let mut watch = watching(
+        &url,
+        &["job:1", "--enable-notifications", "--json", "--count", "7"],
+    );
     let (lines, events) = std::sync::mpsc::channel();
     let stdout = watch.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -373,7 +380,25 @@ async fn etcd_answers_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_answers_too() {
     let ensemble = distlock_test_support::ZkEnsemble::start(3);
-    answers("zookeeper", &ensemble.url()).await;
+    let url = ensemble.url();
+    answers("zookeeper", &url).await;
+    let watch = watching(&url, &["job:1", "--json", "--count", "2"]);
+    let app = backend(&url, "zk-worker");
+    Lock::new("job:1").on(&app).run(async {}).await.unwrap();
+    let output = watch.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let events: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    eprintln!("ZOOKEEPER watch: {events:?}");
+    let kinds: Vec<&Value> = events.iter().map(|event| &event["event"]).collect();
+    assert_eq!(
+        kinds,
+        ["create", "delete"],
+        "the entry made, then deleted: {events:?}"
+    );
 }
 
 /// `inspect`, `list` and `unlock` of locks `kind`'s deployment at `url` holds.

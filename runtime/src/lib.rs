@@ -1,7 +1,7 @@
 //! # distlock
 //!
 //! Distributed locks from one attribute, on Redis (one server, Sentinel, Cluster, Redlock), etcd,
-//! PostgreSQL or in the process, with fencing tokens a resource can check.
+//! ZooKeeper, PostgreSQL, MySQL or in the process, with fencing tokens a resource can check.
 //!
 //! ```
 //! use distlock::{distributed_lock, Backend, LockError, Registry};
@@ -74,6 +74,7 @@
 //! | `etcd` | `etcd://` URLs and `Backend::etcd`: locks on an etcd cluster (building it needs `protoc`) |
 //! | `postgres` | `postgres://` URLs, `Backend::postgres(&pool)` and `distlock::postgres`: locks in a PostgreSQL database, and fenced writes in the application's own transaction |
 //! | `mysql` | `mysql://` URLs, `Backend::mysql(&pool)` and `distlock::mysql`: locks in a MySQL 8.0+ or MariaDB 10.6+ database, and fenced writes in the application's own transaction |
+//! | `zookeeper` | `zookeeper://` URLs and `Backend::zookeeper`: locks on a ZooKeeper 3.6+ ensemble, the node's creation zxid as the fencing token |
 //! | `metrics` | counters, histograms and gauges on the [`metrics`](https://docs.rs/metrics) facade, and `describe_metrics` |
 //! | `axum` | `impl IntoResponse for LockError`: 409 when busy (with `Retry-After` when the server said how long the holder has left), 503 when the backend is unavailable, 500 otherwise |
 //!

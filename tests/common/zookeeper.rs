@@ -45,17 +45,19 @@ pub async fn queued_keys(client: &zk::Client, prefix: &str) -> Vec<String> {
     let Ok(queues) = client.list_children(&root).await else {
         return Vec::new();
     };
-    let mut held = Vec::new();
-    for queue in queues {
-        let children = client
-            .list_children(&format!("{root}/{queue}"))
-            .await
-            .unwrap_or_default();
-        if !children.is_empty() {
-            held.push(decode(&queue));
-        }
-    }
-    held
+    // Every queue's children asked at once: one round trip, however many queues there are.
+    let paths: Vec<String> = queues
+        .iter()
+        .map(|queue| format!("{root}/{queue}"))
+        .collect();
+    let children =
+        futures_util::future::join_all(paths.iter().map(|path| client.list_children(path))).await;
+    queues
+        .iter()
+        .zip(children)
+        .filter(|(_, children)| children.as_ref().is_ok_and(|c| !c.is_empty()))
+        .map(|(queue, _)| decode(queue))
+        .collect()
 }
 
 /// A key as it was written into a node's name (`%XX` for each byte other than letters,

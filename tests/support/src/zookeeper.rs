@@ -27,6 +27,8 @@ const LOGGER_JAR: &str = "/usr/share/java/slf4j-simple.jar";
 const START_DEADLINE: Duration = Duration::from_secs(60);
 /// What a server logs once an election placed it (`LEADING` or `FOLLOWING` in its peer state).
 const PLACED: &str = "LEADER ELECTION TOOK";
+/// What a new leader logs once a majority follows it.
+const QUORUM: &str = "Have quorum of supporters";
 /// Ensemble starts tried when a server finds its port taken.
 const PORT_ATTEMPTS: usize = 5;
 
@@ -191,38 +193,55 @@ impl ZkEnsemble {
     }
 
     /// The server that leads now, as the live servers say (`Mode: leader`), waiting for an
-    /// election that is under way (each server's log tells when it is placed).
+    /// election that is under way: a new leader logs that it has a quorum of supporters, and
+    /// then answers `srvr` once it serves (each line it logs meanwhile is a look again).
     ///
     /// # Panics
     ///
     /// If no server says it leads within 60 s.
     pub fn leader(&self) -> usize {
         let deadline = Instant::now() + START_DEADLINE;
-        loop {
-            for i in (0..self.servers.len()).filter(|&i| self.is_running(i)) {
-                if self
-                    .four_letters(i, "srvr")
-                    .is_ok_and(|a| a.contains("Mode: leader"))
-                {
-                    return i;
-                }
-            }
-            assert!(Instant::now() < deadline, "no ZooKeeper server leads");
-            // A new leader logs its placing: wait for the next such line of any server.
-            let marks: Vec<(usize, usize)> = (0..self.servers.len())
-                .filter(|&i| self.is_running(i))
-                .map(|i| {
-                    (
-                        i,
-                        self.servers[i].child.as_ref().expect("runs").output_len(),
-                    )
-                })
-                .collect();
-            let (first, mark) = marks[0];
-            let child = self.servers[first].child.as_ref().expect("runs");
-            let _ =
-                child.wait_for_output_after(PLACED, mark, Instant::now() + Duration::from_secs(2));
+        let running: Vec<(usize, Arc<Child>, usize)> = (0..self.servers.len())
+            .filter(|&i| self.is_running(i))
+            .map(|i| {
+                let child = self.servers[i].child.clone().expect("runs");
+                let mark = child.output_len();
+                (i, child, mark)
+            })
+            .collect();
+        if let Some(i) = running.iter().map(|(i, ..)| *i).find(|&i| self.leads(i)) {
+            return i;
         }
+        let (found, elected) = std::sync::mpsc::channel();
+        for (i, child, mark) in running {
+            let found = found.clone();
+            std::thread::spawn(move || {
+                if let Outcome::Found = child.wait_for_output_after(QUORUM, mark, deadline) {
+                    let _ = found.send((i, child));
+                }
+            });
+        }
+        drop(found);
+        let (i, child) = elected
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| panic!("no ZooKeeper server leads"));
+        loop {
+            let mark = child.output_len();
+            if self.leads(i) {
+                return i;
+            }
+            let outcome = child.wait_for_output_after("\n", mark, deadline);
+            assert!(
+                matches!(outcome, Outcome::Found),
+                "server {i} has a quorum but never said it leads ({outcome:?})"
+            );
+        }
+    }
+
+    /// Whether server `i` answers `srvr` as the leader.
+    fn leads(&self, i: usize) -> bool {
+        self.four_letters(i, "srvr")
+            .is_ok_and(|answer| answer.contains("Mode: leader"))
     }
 
     /// The PIDs of the servers that run.

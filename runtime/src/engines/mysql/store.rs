@@ -10,7 +10,7 @@ use super::presence::Shards;
 use super::sql::{render, schema_request, Arg, Statements, MAX_LOCK_NAME};
 use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
-use crate::engines::queue::order::{kind_of, tag, Entry};
+use crate::engines::queue::order::{self, kind_of, tag, Entry};
 use crate::engines::queue::store::{Deletions, Presence, Read, Store};
 use crate::engines::sql::connection::Creation;
 use crate::engines::sql::keys::keys_of;
@@ -290,18 +290,7 @@ impl Store for MySqlStore {
     /// predecessor, a reader's nearest writer ahead, a permit's holders.
     fn waiting_behind(&self, key: &str, ahead: &[Entry<Duration>], kind: LockKind) {
         let Ok(lock) = self.lock(key) else { return };
-        let blockers: Vec<&Entry<Duration>> = match kind {
-            LockKind::Exclusive => ahead.last().into_iter().collect(),
-            LockKind::Read => ahead
-                .iter()
-                .rev()
-                .find(|entry| entry.kind != Some(LockKind::Read))
-                .or(ahead.last())
-                .into_iter()
-                .collect(),
-            LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
-        };
-        let blockers: Vec<(&str, u64)> = blockers
+        let blockers: Vec<(&str, u64)> = order::blockers(ahead, kind)
             .iter()
             .map(|entry| (entry.owner.as_str(), entry.token))
             .collect();

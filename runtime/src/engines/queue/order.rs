@@ -38,6 +38,24 @@ pub(crate) fn holds<L>(entries: &[Entry<L>], place: usize) -> bool {
     }
 }
 
+/// The entries of `ahead` (oldest first) whose going may let a waiter of `kind` behind them
+/// hold: a writer's predecessor, a reader's nearest writer ahead, a permit's holders (the first
+/// `n`).
+#[cfg_attr(not(any(feature = "mysql", feature = "zookeeper")), allow(dead_code))]
+pub(crate) fn blockers<L>(ahead: &[Entry<L>], kind: LockKind) -> Vec<&Entry<L>> {
+    match kind {
+        LockKind::Exclusive => ahead.last().into_iter().collect(),
+        LockKind::Read => ahead
+            .iter()
+            .rev()
+            .find(|entry| entry.kind != Some(LockKind::Read))
+            .or(ahead.last())
+            .into_iter()
+            .collect(),
+        LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
+    }
+}
+
 /// Whether an entry of `kind` may share a queue with one of `other`: a semaphore's entries
 /// with the semaphore's only, a lock's (readers and writers) with the lock's only.
 pub(crate) fn same_family(kind: LockKind, other: Option<LockKind>) -> bool {

@@ -150,3 +150,19 @@ impl Connection {
         EngineFailure { ambiguous, source }
     }
 }
+
+/// Whether ZooKeeper answered that the node is there already.
+pub(super) fn node_exists(failure: &EngineFailure) -> bool {
+    failure
+        .source
+        .downcast_ref::<zk::Error>()
+        .is_some_and(|err| matches!(err, zk::Error::NodeExists))
+}
+
+/// Whether ZooKeeper answered that the node is not there.
+pub(super) fn no_node(failure: &EngineFailure) -> bool {
+    failure
+        .source
+        .downcast_ref::<zk::Error>()
+        .is_some_and(|err| matches!(err, zk::Error::NoNode))
+}

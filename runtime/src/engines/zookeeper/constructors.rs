@@ -13,7 +13,8 @@ impl Backend {
     /// use that form for a chroot, a session timeout or credentials). Feature `zookeeper`.
     ///
     /// ```
-    /// let backend = distlock::Backend::zookeeper(["10.0.0.1:2181", "10.0.0.2:2181", "10.0.0.3:2181"])
+    /// let servers = ["10.0.0.1:2181", "10.0.0.2:2181", "10.0.0.3:2181"];
+    /// let backend = distlock::Backend::zookeeper(servers)
     ///     .prefix("billing")
     ///     .build()
     ///     .expect("three servers");

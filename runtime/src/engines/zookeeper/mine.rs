@@ -14,7 +14,6 @@ use super::nodes;
 use crate::engines::engine::EngineResult;
 use crate::lock::owner::Owner;
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::task::AbortHandle;
@@ -236,25 +235,6 @@ impl Mines {
         (!slot.lapsed).then(|| slot.deadline.saturating_duration_since(Instant::now()))
     }
 
-    /// Writes the entry at `path` again with `data` (its lease and label), through the
-    /// leader — which also proves the session alive there — if it is there: whether it was.
-    /// The request is sent when this is called.
-    pub(crate) fn touch<'c>(
-        &self,
-        client: &'c zk::Client,
-        path: &str,
-        data: &[u8],
-    ) -> impl Future<Output = Result<bool, zk::Error>> + Send + 'c {
-        let written = client.set_data(path, data, None);
-        async move {
-            match written.await {
-                Ok(_) => Ok(true),
-                Err(zk::Error::NoNode) => Ok(false),
-                Err(err) => Err(err),
-            }
-        }
-    }
-
     /// Deletes a second entry of an owner that already has one (made by a create that was
     /// sent again), in the background, until it is gone or its session ended.
     pub(crate) fn delete_stray(&self, path: String, session: zk::SessionId) {
@@ -337,7 +317,7 @@ async fn remove(
         };
         match deleted {
             Ok(()) => return,
-            Err(failure) if super::store::no_node(&failure) => return,
+            Err(failure) if super::client::no_node(&failure) => return,
             Err(failure) => tracing::debug!(
                 target: "distlock::zookeeper",
                 error = %failure.source,

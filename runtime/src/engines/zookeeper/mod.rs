@@ -10,10 +10,10 @@
 //! the next waiter and nobody else, across processes.
 //!
 //! Leases (`store.rs`, `mine.rs`): an entry goes with its session, and this process deletes it
-//! once its lease has run out unrenewed. A renewal is a version check sent through the leader,
-//! which also proves the session alive there; a lease may last at most three quarters of the
-//! session timeout, so that a holder cut off from the ensemble sees its lease end before the
-//! ensemble may end its session and grant the lock to the next.
+//! once its lease has run out unrenewed. A renewal is a `sync` answered by the leader, which
+//! proves the session alive there, and a read of each entry, with no write; a lease may last at
+//! most three quarters of the session timeout, so that a holder cut off from the ensemble sees
+//! its lease end before the ensemble may end its session and grant the lock to the next.
 
 #[cfg(feature = "zookeeper")]
 mod client;

@@ -23,11 +23,16 @@ impl ZkStore {
             .await?;
         let server = self.connection.spec().describe();
         tokio::spawn(async move {
+            let queue = queue;
             loop {
                 let event = tokio::select! {
                     () = events.closed() => return,
                     event = watcher.changed() => event,
                 };
+                // The queue's own node (made before its first entry) is not an entry.
+                if event.path == queue {
+                    continue;
+                }
                 let event = match event.event_type {
                     zk::EventType::NodeCreated => "create",
                     zk::EventType::NodeDeleted => "delete",

@@ -35,11 +35,11 @@ impl EngineSpec for ZkSpec {
         })
     }
 
-    /// The session asked for covers the watchdog's lease: its timeout is the URL's, else four
-    /// thirds of the watchdog lease (a lease may last three quarters of the session), rounded
-    /// up to the whole milliseconds ZooKeeper counts in.
+    /// The session asked for covers the watchdog's lease with an eighth to spare: its timeout
+    /// is the URL's, else three halves of the watchdog lease (a lease may last three quarters
+    /// of the session), rounded up to the whole milliseconds ZooKeeper counts in.
     fn open(&self, settings: &EngineSettings<'_>) -> Result<Arc<dyn Engine>, LockError> {
-        let covering = (settings.watchdog_lease.as_micros() * 4).div_ceil(3 * 1000);
+        let covering = (settings.watchdog_lease.as_micros() * 3).div_ceil(2 * 1000);
         let session = self
             .session_timeout
             .unwrap_or(Duration::from_millis(covering as u64));

@@ -8,19 +8,19 @@
 //! a holder cut off from the ensemble has seen its lease run out before the ensemble can end
 //! its session and delete its entry.
 
-use super::client::Connection;
+use super::client::{no_node, node_exists, Connection};
 use super::mine::{self, Mine, Mines};
 use super::nodes::{self, Paths};
 use super::wakes::Wakes;
 use crate::engines::engine::{EngineFailure, EngineResult, Renewal};
-use crate::engines::queue::order::Entry;
+use crate::engines::queue::order::{self, Entry};
 use crate::engines::queue::store::{Deletions, Presence, Read, Store};
 use crate::lock::kind::LockKind;
 use crate::lock::owner::Owner;
 use crate::operating::doctor::Finding;
 use crate::operating::key_events::KeyEventSender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 pub(crate) struct ZkStore {
@@ -33,6 +33,9 @@ pub(crate) struct ZkStore {
     wakes: Arc<Wakes>,
     /// The backend's watchdog lease, which the doctor holds the session against.
     pub(super) watchdog_lease: Duration,
+    /// When the last request the leader answered was sent, and on which session: the session
+    /// lives at least that long plus its timeout.
+    contact: std::sync::Mutex<Option<(zk::SessionId, Instant)>>,
 }
 
 impl ZkStore {
@@ -55,7 +58,28 @@ impl ZkStore {
             acls,
             wakes: Arc::default(),
             watchdog_lease,
+            contact: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Notes that the leader answered a request of `client`'s session sent at `sent`.
+    fn contacted(&self, client: &zk::Client, sent: Instant) {
+        let mut contact = self.contact.lock().unwrap_or_else(|e| e.into_inner());
+        let session = client.session_id();
+        if contact.is_none_or(|(known, at)| known != session || at < sent) {
+            *contact = Some((session, sent));
+        }
+    }
+
+    /// Whether a lease of `ttl` from now ends within what `client`'s session is known to
+    /// cover already (its last answer from the leader, plus three quarters of its timeout):
+    /// then a join that keeps its place needs no word from the leader.
+    fn covered(&self, client: &zk::Client, ttl: Duration) -> bool {
+        let contact = *self.contact.lock().unwrap_or_else(|e| e.into_inner());
+        contact.is_some_and(|(session, at)| {
+            session == client.session_id()
+                && Instant::now() + ttl <= at + lease_limit(client.session_timeout())
+        })
     }
 
     /// Refuses a lease the session cannot cover: a holder cut off from the ensemble must see
@@ -101,6 +125,7 @@ impl ZkStore {
         for first in [true, false] {
             self.mines
                 .unsure(key, owner, &queue, client.session_id(), ttl);
+            let sent = Instant::now();
             let created = client.create(&prefix, &self.data(ttl), &options);
             let children = client.list_children(&queue);
             let (created, children) = self
@@ -109,6 +134,7 @@ impl ZkStore {
                 .await?;
             match (created, children) {
                 (Ok((stat, sequence)), Ok(children)) => {
+                    self.contacted(client, sent);
                     let path = format!("{prefix}{sequence}");
                     let mine = Mine::new(path, client.session_id(), stat.czxid);
                     return Ok((mine, children));
@@ -122,23 +148,65 @@ impl ZkStore {
         ))
     }
 
-    /// Makes the prefix's node and `queue` (a container, which ZooKeeper deletes once empty).
+    /// Makes `queue` (a container, which ZooKeeper deletes once empty), and first the
+    /// prefix's node when that is missing too.
     async fn make_queue(&self, client: &zk::Client, queue: &str) -> EngineResult<()> {
-        let root = zk::CreateMode::Persistent.with_acls(self.acls);
         let container = zk::CreateMode::Container.with_acls(self.acls);
-        let made_root = client.create(&self.paths.root, &[], &root);
-        let made_queue = client.create(queue, &[], &container);
-        let (made_root, made_queue) = self
-            .connection
-            .within(async { Ok(tokio::join!(made_root, made_queue)) })
-            .await?;
-        for made in [made_root.map(drop), made_queue.map(drop)] {
-            match made {
-                Ok(()) | Err(zk::Error::NodeExists) => {}
-                Err(err) => return Err(self.connection.failure(err)),
+        match self.make(client, queue, &container).await {
+            Err(failure) if no_node(&failure) => {
+                let root = zk::CreateMode::Persistent.with_acls(self.acls);
+                self.make(client, &self.paths.root, &root).await?;
+                self.make(client, queue, &container).await
             }
+            made => made,
         }
-        Ok(())
+    }
+
+    /// Makes the node at `path` unless it is there.
+    async fn make(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        mode: &zk::CreateOptions<'_>,
+    ) -> EngineResult<()> {
+        let created = self.connection.within(client.create(path, &[], mode)).await;
+        match created {
+            Err(failure) if node_exists(&failure) => Ok(()),
+            created => created.map(drop),
+        }
+    }
+
+    /// `queue`'s children as the server answering has them (none when the queue is gone).
+    async fn read(&self, client: &zk::Client, queue: &str) -> EngineResult<Vec<String>> {
+        match self.connection.within(client.list_children(queue)).await {
+            Err(failure) if no_node(&failure) => Ok(Vec::new()),
+            children => children,
+        }
+    }
+
+    /// `queue`'s children, read once the server answering has seen everything the leader
+    /// committed before (a `sync`, sent with the read: one round trip). That the leader
+    /// answered proves the session alive there, as a write would, without writing: what a
+    /// join that keeps its place needs (an empty list when the queue is gone).
+    async fn read_through_leader(
+        &self,
+        client: &zk::Client,
+        queue: &str,
+    ) -> EngineResult<Vec<String>> {
+        let sent = Instant::now();
+        let synced = client.sync(queue);
+        let children = client.list_children(queue);
+        let (synced, children) = self
+            .connection
+            .within(async { Ok(tokio::join!(synced, children)) })
+            .await?;
+        synced.map_err(|err| self.connection.failure(err))?;
+        self.contacted(client, sent);
+        match children {
+            Ok(children) => Ok(children),
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(err) => Err(self.connection.failure(err)),
+        }
     }
 
     /// `owner`'s entry in `key`'s queue as this store knows it on `client`'s session: made by
@@ -268,14 +336,6 @@ pub(crate) fn lease_limit(timeout: Duration) -> Duration {
     timeout * 3 / 4
 }
 
-/// Whether ZooKeeper answered that the node is not there.
-pub(super) fn no_node(failure: &EngineFailure) -> bool {
-    failure
-        .source
-        .downcast_ref::<zk::Error>()
-        .is_some_and(|err| matches!(err, zk::Error::NoNode))
-}
-
 impl Store for ZkStore {
     /// An entry's sequence number, its place in the queue.
     type Lease = i64;
@@ -295,14 +355,13 @@ impl Store for ZkStore {
         let mut joined = None;
         if let Some(mine) = self.mine(&client, key, owner).await? {
             // Keeps its place: its time starts again if it is still there.
-            let checked = self.mines.touch(&client, &mine.path, &self.data(ttl));
-            let children = client.list_children(&queue);
-            let (checked, children) = self
-                .connection
-                .within(async { Ok(tokio::join!(checked, children)) })
-                .await?;
-            let present = checked.map_err(|err| self.connection.failure(err))?;
-            let children = children.map_err(|err| self.connection.failure(err))?;
+            let children = match self.covered(&client, ttl) {
+                true => self.read(&client, &queue).await?,
+                false => self.read_through_leader(&client, &queue).await?,
+            };
+            let present = children
+                .iter()
+                .any(|name| mine.path.strip_prefix(queue.as_str()) == Some(&format!("/{name}")));
             if present && self.mines.renewed(key, owner, &mine, ttl) {
                 joined = Some((mine, children));
             } else if !present {
@@ -348,29 +407,40 @@ impl Store for ZkStore {
         }
     }
 
+    /// One `sync` through the leader, which proves the session alive there, and a read of
+    /// each entry after it, sent together: one round trip and no write, however many leases.
     async fn renew(&self, batch: &[Renewal<'_>]) -> EngineResult<Vec<Option<Presence>>> {
         let client = self.connection.client().await?;
-        let mut checks = Vec::with_capacity(batch.len());
+        let mut known = Vec::with_capacity(batch.len());
         for renewal in batch {
             let mine = self.mine(&client, renewal.key, renewal.owner).await?;
             if mine.is_some() {
                 self.fits_session(&client, renewal.ttl)?;
             }
-            checks.push(mine.map(|mine| {
-                let check = self
-                    .mines
-                    .touch(&client, &mine.path, &self.data(renewal.ttl));
-                async move { (mine, check.await) }
-            }));
+            known.push(mine);
         }
-        // Sent together, answered in one round trip.
-        let checked = futures_util::future::join_all(checks.into_iter().map(|check| async move {
-            match check {
-                Some(check) => Some(check.await),
-                None => None,
+        let sent = Instant::now();
+        let synced = client.sync(&self.paths.root);
+        let reads = known.iter().map(|mine| {
+            let read = mine.as_ref().map(|mine| client.check_stat(&mine.path));
+            async move {
+                match read {
+                    Some(read) => Some(read.await.map(|stat| stat.is_some())),
+                    None => None,
+                }
             }
-        }));
-        let checked = self.connection.within(async { Ok(checked.await) }).await?;
+        });
+        let reads = futures_util::future::join_all(reads);
+        let (synced, read) = self
+            .connection
+            .within(async { Ok(tokio::join!(synced, reads)) })
+            .await?;
+        synced.map_err(|err| self.connection.failure(err))?;
+        self.contacted(&client, sent);
+        let checked = known
+            .into_iter()
+            .zip(read)
+            .map(|(mine, read)| mine.zip(read));
         let mut answers = Vec::with_capacity(batch.len());
         for (renewal, checked) in batch.iter().zip(checked) {
             let present = match checked {
@@ -380,7 +450,11 @@ impl Store for ZkStore {
                 }
                 Some((_, Err(err))) => {
                     // This one could not be told; the others stand.
-                    tracing::debug!(target: "distlock::renew", error = %err, "renewal not answered");
+                    tracing::debug!(
+                        target: "distlock::renew",
+                        error = %err,
+                        "renewal not answered"
+                    );
                     answers.push(None);
                     continue;
                 }
@@ -451,9 +525,9 @@ impl Store for ZkStore {
         }
     }
 
-    /// This process's own entries: the time until this store deletes them. Another's: its
-    /// lease from its last write, on the server's clock (ZooKeeper deletes it only with its
-    /// session, or its process once the lease ran out).
+    /// This process's own entries: the time until this store deletes them. Another's: what is
+    /// left of its lease from its creation on the server's clock, else (renewed since, by reads
+    /// that leave no trace) its whole lease, which it lives at most unless renewed again.
     async fn time_left(&self, key: &str, entry: &Entry<i64>) -> Option<Duration> {
         if let Some(left) = self.mines.time_left(key, &entry.owner) {
             return Some(left);
@@ -463,10 +537,11 @@ impl Store for ZkStore {
         let (data, stat) = self.connection.within(client.get_data(&path)).await.ok()?;
         let (ttl, _) = lease_of(&data);
         let written = std::time::UNIX_EPOCH + Duration::from_millis(stat.mtime.try_into().ok()?);
-        let end = written + ttl?;
+        let ttl = ttl?;
         Some(
-            end.duration_since(std::time::SystemTime::now())
-                .unwrap_or(Duration::ZERO),
+            (written + ttl)
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or(ttl),
         )
     }
 
@@ -477,19 +552,8 @@ impl Store for ZkStore {
     /// Watches the entries whose going may let the caller hold: a writer's predecessor, a
     /// reader's nearest writer ahead, a permit's holders.
     fn waiting_behind(&self, key: &str, ahead: &[Entry<i64>], kind: LockKind) {
-        let blockers: Vec<&Entry<i64>> = match kind {
-            LockKind::Exclusive => ahead.last().into_iter().collect(),
-            LockKind::Read => ahead
-                .iter()
-                .rev()
-                .find(|entry| entry.kind != Some(LockKind::Read))
-                .or(ahead.last())
-                .into_iter()
-                .collect(),
-            LockKind::Permits(n) => ahead.iter().take(n as usize).collect(),
-        };
         let queue = self.paths.queue(key);
-        let blockers: Vec<(String, String)> = blockers
+        let blockers: Vec<(String, String)> = order::blockers(ahead, kind)
             .into_iter()
             .filter_map(|entry| {
                 let name = nodes::entry_name(&entry.owner, entry.kind?, entry.lease);
