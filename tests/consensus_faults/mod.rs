@@ -113,6 +113,24 @@ pub fn backend(url: &str, lease: Duration) -> Backend {
         .unwrap()
 }
 
+/// Runs `n` lock cycles on `backend`, on the keys `<name>-<i>`, each within `budget`, and
+/// answers the slowest.
+pub async fn cycles(backend: &Backend, name: &str, n: usize, budget: Duration) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for i in 0..n {
+        let started = Instant::now();
+        let done = Lock::new(format!("{name}-{i}"))
+            .on(backend)
+            .wait(budget)
+            .run(async {})
+            .await;
+        slowest = slowest.max(started.elapsed());
+        assert!(done.is_ok(), "cycle {i} of `{name}`: {done:?}");
+    }
+    assert!(slowest < budget, "a cycle of `{name}` took {slowest:?}");
+    slowest
+}
+
 /// Plays the worker `role` the tests here spawn.
 pub async fn play(role: &str) {
     match role {

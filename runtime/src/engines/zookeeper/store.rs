@@ -176,9 +176,10 @@ impl ZkStore {
         }
     }
 
-    /// `queue`'s children as the server answering has them (none when the queue is gone).
-    async fn read(&self, client: &zk::Client, queue: &str) -> EngineResult<Vec<String>> {
-        match self.connection.within(client.list_children(queue)).await {
+    /// The children of the node at `path` as the server answering has them (none when it is
+    /// gone).
+    async fn children(&self, client: &zk::Client, path: &str) -> EngineResult<Vec<String>> {
+        match self.connection.within(client.list_children(path)).await {
             Err(failure) if no_node(&failure) => Ok(Vec::new()),
             children => children,
         }
@@ -244,12 +245,13 @@ impl ZkStore {
         mine: &Mine,
         owner: &Owner,
     ) -> Vec<Entry<i64>> {
+        let queue = self.paths.queue(key);
         let mut entries: Vec<Entry<i64>> = Vec::with_capacity(children.len());
         for name in children {
             let Some(parsed) = nodes::parse(name) else {
                 continue;
             };
-            let path = format!("{}/{name}", self.paths.queue(key));
+            let path = format!("{queue}/{name}");
             if parsed.owner == owner.as_str() && path != mine.path {
                 self.mines.delete_stray(path, mine.session);
                 continue;
@@ -272,18 +274,11 @@ impl ZkStore {
     /// Whether another owner's entry is in `key`'s queue (for an answer that `owner`'s is
     /// gone).
     async fn held(&self, client: &zk::Client, key: &str, owner: &Owner) -> EngineResult<bool> {
-        let children = self
-            .connection
-            .within(client.list_children(&self.paths.queue(key)))
-            .await;
-        match children {
-            Ok(children) => Ok(children
-                .iter()
-                .filter_map(|name| nodes::parse(name))
-                .any(|name| name.owner != owner.as_str())),
-            Err(failure) if no_node(&failure) => Ok(false),
-            Err(failure) => Err(failure),
-        }
+        let children = self.children(client, &self.paths.queue(key)).await?;
+        Ok(children
+            .iter()
+            .filter_map(|name| nodes::parse(name))
+            .any(|name| name.owner != owner.as_str()))
     }
 
     /// The path of `entry` in `key`'s queue: from its name when its kind is known, else looked
@@ -299,10 +294,7 @@ impl ZkStore {
             let name = nodes::entry_name(&entry.owner, kind, entry.lease);
             return Ok(Some(format!("{queue}/{name}")));
         }
-        let children = match self.connection.within(client.list_children(&queue)).await {
-            Err(failure) if no_node(&failure) => return Ok(None),
-            children => children?,
-        };
+        let children = self.children(client, &queue).await?;
         Ok(children
             .into_iter()
             .find(|name| {
@@ -356,7 +348,7 @@ impl Store for ZkStore {
         if let Some(mine) = self.mine(&client, key, owner).await? {
             // Keeps its place: its time starts again if it is still there.
             let children = match self.covered(&client, ttl) {
-                true => self.read(&client, &queue).await?,
+                true => self.children(&client, &queue).await?,
                 false => self.read_through_leader(&client, &queue).await?,
             };
             let present = children
@@ -478,10 +470,7 @@ impl Store for ZkStore {
     async fn read(&self, key: &str) -> EngineResult<Vec<Entry<i64>>> {
         let client = self.connection.client().await?;
         let queue = self.paths.queue(key);
-        let children = match self.connection.within(client.list_children(&queue)).await {
-            Err(failure) if no_node(&failure) => return Ok(Vec::new()),
-            children => children?,
-        };
+        let children = self.children(&client, &queue).await?;
         let names: Vec<(String, nodes::Name<'_>)> = children
             .iter()
             .filter_map(|name| Some((format!("{queue}/{name}"), nodes::parse(name)?)))
@@ -572,18 +561,11 @@ impl Store for ZkStore {
 
     async fn keys(&self) -> EngineResult<Vec<String>> {
         let client = self.connection.client().await?;
-        match self
-            .connection
-            .within(client.list_children(&self.paths.root))
-            .await
-        {
-            Ok(children) => Ok(children
-                .iter()
-                .filter_map(|name| nodes::decode(name))
-                .collect()),
-            Err(failure) if no_node(&failure) => Ok(Vec::new()),
-            Err(failure) => Err(failure),
-        }
+        let children = self.children(&client, &self.paths.root).await?;
+        Ok(children
+            .iter()
+            .filter_map(|name| nodes::decode(name))
+            .collect())
     }
 
     async fn follow(&self, key: &str, events: KeyEventSender) -> EngineResult<()> {
