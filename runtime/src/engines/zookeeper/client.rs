@@ -75,6 +75,9 @@ impl Connection {
     }
 
     /// A new session, with the credentials of the URL.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a session half-made is dropped with its client, and the next call makes one.
     async fn connect(&self) -> EngineResult<zk::Client> {
         let mut connector = zk::Client::connector()
             .with_session_timeout(self.session_timeout)

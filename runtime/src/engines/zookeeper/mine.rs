@@ -290,6 +290,10 @@ pub(crate) async fn find(
 /// Deletes `owner`'s entry in `queue` made on `session` (at `path`, else looked for), sending
 /// the delete again each time the session reconnects, until the entry is gone or the session
 /// ended.
+///
+/// # Cancel safety
+/// Cancel safe: a delete sent may be applied, which is its purpose. It runs in tasks of its
+/// own (an entry's expiry, a stray's delete), which nothing drops midway.
 async fn remove(
     connection: &Connection,
     queue: &str,

@@ -150,6 +150,10 @@ impl ZkStore {
 
     /// Makes `queue` (a container, which ZooKeeper deletes once empty), and first the
     /// prefix's node when that is missing too.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a create sent may be applied; the queue node made is what a later join
+    /// makes anyway.
     async fn make_queue(&self, client: &zk::Client, queue: &str) -> EngineResult<()> {
         let container = zk::CreateMode::Container.with_acls(self.acls);
         match self.make(client, queue, &container).await {
@@ -163,6 +167,9 @@ impl ZkStore {
     }
 
     /// Makes the node at `path` unless it is there.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the create may be applied (the node then is there, as asked).
     async fn make(
         &self,
         client: &zk::Client,
@@ -178,6 +185,9 @@ impl ZkStore {
 
     /// The children of the node at `path` as the server answering has them (none when it is
     /// gone).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     async fn children(&self, client: &zk::Client, path: &str) -> EngineResult<Vec<String>> {
         match self.connection.within(client.list_children(path)).await {
             Err(failure) if no_node(&failure) => Ok(Vec::new()),
@@ -189,6 +199,9 @@ impl ZkStore {
     /// committed before (a `sync`, sent with the read: one round trip). That the leader
     /// answered proves the session alive there, as a write would, without writing: what a
     /// join that keeps its place needs (an empty list when the queue is gone).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a `sync` and a read change nothing.
     async fn read_through_leader(
         &self,
         client: &zk::Client,
@@ -212,6 +225,9 @@ impl ZkStore {
 
     /// `owner`'s entry in `key`'s queue as this store knows it on `client`'s session: made by
     /// it, or found after a create whose reply was lost. `None`: there is none.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it reads, and changes what this store knows only after its answer.
     async fn mine(
         &self,
         client: &zk::Client,
@@ -273,6 +289,9 @@ impl ZkStore {
 
     /// Whether another owner's entry is in `key`'s queue (for an answer that `owner`'s is
     /// gone).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     async fn held(&self, client: &zk::Client, key: &str, owner: &Owner) -> EngineResult<bool> {
         let children = self.children(client, &self.paths.queue(key)).await?;
         Ok(children
@@ -283,6 +302,9 @@ impl ZkStore {
 
     /// The path of `entry` in `key`'s queue: from its name when its kind is known, else looked
     /// up among the queue's children.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     async fn path_of(
         &self,
         client: &zk::Client,

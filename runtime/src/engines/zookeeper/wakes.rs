@@ -117,6 +117,9 @@ impl Watch {
     }
 
     /// Resolves once the entry is gone, or its watch ended otherwise.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it drops its watch (the client removes it from the server).
     async fn gone(&self, client: &zk::Client) {
         loop {
             let watcher = match client.check_and_watch_stat(&self.path).await {
