@@ -3,6 +3,7 @@
 
 use crate::clients::LibId;
 use crate::pin::Pin;
+use crate::workloads::counts::CountArgs;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +58,11 @@ WORKLOADS:
                  sequential and --contenders tasks on one key, each task with a session of its
                  own: cycles/s, critical sections/s, fairness, worst wait, client and server CPU
                  per cycle
+    counts       one uncontended cycle counted, not timed, in child processes of this binary:
+                 client instructions (valgrind --tool=callgrind, 1,500 cycles less 500), context
+                 switches (/proc, 5,000 cycles) and Redis commands and µs (INFO commandstats) for
+                 distlock, distlock-fixed, rslock and the redis-rs floor (SET NX PX and a
+                 compare-and-delete script by hand); needs valgrind
 
 OPTIONS:
     --smoke              finish in a few seconds (tiny sizes, one run): checks that the benchmark
@@ -109,10 +115,11 @@ pub(crate) enum Workload {
     Postgres,
     Mysql,
     Zookeeper,
+    Counts,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 12] = [
+    pub(crate) const ALL: [Workload; 13] = [
         Workload::Sequential,
         Workload::Parallel,
         Workload::Contended,
@@ -125,6 +132,7 @@ impl Workload {
         Workload::Postgres,
         Workload::Mysql,
         Workload::Zookeeper,
+        Workload::Counts,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -141,6 +149,7 @@ impl Workload {
             Workload::Postgres => "postgres",
             Workload::Mysql => "mysql",
             Workload::Zookeeper => "zookeeper",
+            Workload::Counts => "counts",
         }
     }
 }
@@ -256,6 +265,8 @@ pub(crate) enum Mode {
     Help,
     Run(Config),
     Worker(WorkerArgs),
+    /// A child of the counts workload.
+    Count(CountArgs),
     /// Redraw the pictures of a saved JSON line.
     Plot {
         from: PathBuf,
@@ -273,6 +284,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Mode, St
         .collect::<Result<_, _>>()?;
     if args.first().map(String::as_str) == Some("--worker") {
         return parse_worker(&args[1..]).map(Mode::Worker);
+    }
+    if args.first().map(String::as_str) == Some("--count") {
+        return parse_count(&args[1..]).map(Mode::Count);
     }
     if args.iter().any(|arg| arg == "--smoke") {
         return parse_run(&args, Config::defaults().smoke());
@@ -312,7 +326,7 @@ fn parse_run(args: &[String], mut config: Config) -> Result<Mode, String> {
                 })
                 .map_err(|name| {
                     format!(
-                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres, mysql, zookeeper"
+                        "unknown workload `{name}`; expected sequential, parallel, contended, held, attribute, redlock, replicated, etcd, open, postgres, mysql, zookeeper, counts"
                     )
                 })?
             }
@@ -414,6 +428,33 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         return Err("worker: --url and --key are required".into());
     }
     Ok(worker)
+}
+
+fn parse_count(args: &[String]) -> Result<CountArgs, String> {
+    let mut count = CountArgs {
+        lib: LibId::Distlock,
+        url: String::new(),
+        cycles: 0,
+    };
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .ok_or_else(|| format!("count: `{flag}` needs a value"))?;
+        match flag.as_str() {
+            "--lib" => {
+                count.lib = LibId::for_worker(value)
+                    .ok_or_else(|| format!("count: unknown library `{value}`"))?
+            }
+            "--url" => count.url = value.clone(),
+            "--cycles" => count.cycles = positive(flag, value)? as u64,
+            other => return Err(format!("count: unknown argument `{other}`")),
+        }
+    }
+    if count.url.is_empty() || count.cycles == 0 {
+        return Err("count: --url and --cycles are required".into());
+    }
+    Ok(count)
 }
 
 fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {

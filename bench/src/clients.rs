@@ -9,6 +9,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Cycles [`Client::warm_up`] runs.
+pub(crate) const WARM_UP_CYCLES: u64 = 50;
+
 /// TTL of the peers' locks and of `distlock-fixed`; long enough never to expire in a workload.
 pub(crate) const FIXED_TTL: Duration = Duration::from_secs(10);
 /// distlock's wait budget when a key is busy, and distributed-lock-postgres's,
@@ -51,6 +54,10 @@ pub(crate) enum LibId {
     /// sequential node, each waiter watching the node ahead of its own), one session per
     /// client: the zookeeper workload's peer.
     ZookeeperClient,
+    /// Not a library: the least a lock through redis-rs costs on the client, `SET NX PX` and a
+    /// compare-and-delete script by hand on one multiplexed connection, counted beside the
+    /// libraries in the counts workload only.
+    RedisRs,
 }
 
 impl LibId {
@@ -72,6 +79,7 @@ impl LibId {
             LibId::DistributedLockPg => "distributed-lock-pg",
             LibId::DistributedLockMysql => "distributed-lock-mysql",
             LibId::ZookeeperClient => "zookeeper-client",
+            LibId::RedisRs => "redis-rs",
         }
     }
 
@@ -80,9 +88,11 @@ impl LibId {
         LibId::ALL.into_iter().find(|lib| lib.name() == name)
     }
 
-    /// What a worker process may run: a library, or the FIFO floor.
+    /// What a worker process may run: a library, the FIFO floor or the redis-rs floor.
     pub(crate) fn for_worker(name: &str) -> Option<LibId> {
-        LibId::from_name(name).or((name == LibId::FifoFloor.name()).then_some(LibId::FifoFloor))
+        LibId::from_name(name).or([LibId::FifoFloor, LibId::RedisRs]
+            .into_iter()
+            .find(|lib| lib.name() == name))
     }
 }
 
@@ -101,6 +111,65 @@ enum Inner {
     DistributedLockPg(distributed_lock_postgres::PostgresLockProvider),
     DistributedLockMysql(distributed_lock_mysql::MySqlLockProvider),
     ZookeeperClient(zookeeper_client::Client),
+    RedisRs(Box<RedisRsFloor>),
+}
+
+/// The redis-rs floor ([`LibId::RedisRs`]): one multiplexed connection, opened on first use.
+struct RedisRsFloor {
+    client: redis::Client,
+    connection: tokio::sync::OnceCell<redis::aio::MultiplexedConnection>,
+    release: redis::Script,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl RedisRsFloor {
+    async fn connection(&self) -> Result<redis::aio::MultiplexedConnection, String> {
+        self.connection
+            .get_or_try_init(|| self.client.get_multiplexed_async_connection())
+            .await
+            .cloned()
+            .map_err(|err| format!("redis-rs: {err}"))
+    }
+
+    /// `SET key value NX PX` with a value of this process's own; an error if the key is busy
+    /// (the floor is counted on fresh keys only).
+    async fn acquire(&self, key: &str) -> Result<Held, String> {
+        use std::sync::atomic::Ordering;
+        let value = format!(
+            "{}-{}",
+            std::process::id(),
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let key = peer_key("redis-rs", key);
+        let set: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(&value)
+            .arg("NX")
+            .arg("PX")
+            .arg(FIXED_TTL.as_millis() as u64)
+            .query_async(&mut self.connection().await?)
+            .await
+            .map_err(|err| format!("redis-rs: {err}"))?;
+        match set {
+            Some(_) => Ok(Held::RedisRs { key, value }),
+            None => Err(format!("redis-rs: {key} is busy")),
+        }
+    }
+
+    /// The compare-and-delete script (`EVALSHA`, `EVAL` on `NOSCRIPT`).
+    async fn release(&self, key: String, value: String) -> Result<(), String> {
+        let deleted: i64 = self
+            .release
+            .key(&key)
+            .arg(&value)
+            .invoke_async(&mut self.connection().await?)
+            .await
+            .map_err(|err| format!("redis-rs: {err}"))?;
+        match deleted {
+            1 => Ok(()),
+            _ => Err(format!("redis-rs: {key} was no longer ours")),
+        }
+    }
 }
 
 /// An etcd-client connection, and the sessions its locks are taken in: etcd's lock service
@@ -168,6 +237,11 @@ pub(crate) enum Held {
     DistributedLockMysql(distributed_lock_mysql::MySqlLockHandle),
     /// The path of the lock node, which the release deletes.
     ZookeeperClient(String),
+    /// The key and the value `SET NX PX` wrote.
+    RedisRs {
+        key: String,
+        value: String,
+    },
 }
 
 impl Client {
@@ -202,6 +276,15 @@ impl Client {
             LibId::ZookeeperClient => {
                 return Err("zookeeper-client connects with Client::zookeeper_client".into())
             }
+            LibId::RedisRs => Inner::RedisRs(Box::new(RedisRsFloor {
+                client: redis::Client::open(url).map_err(|err| format!("redis-rs: {err}"))?,
+                connection: tokio::sync::OnceCell::new(),
+                release: redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                     return redis.call('DEL', KEYS[1]) else return 0 end",
+                ),
+                next: std::sync::atomic::AtomicU64::new(0),
+            })),
         };
         Ok(Client { lib, inner })
     }
@@ -352,6 +435,7 @@ impl Client {
                 .map(Held::DistributedLockMysql)
                 .map_err(|err| err.to_string()),
             Inner::ZookeeperClient(client) => zookeeper_client_lock(client, key).await,
+            Inner::RedisRs(floor) => floor.acquire(key).await,
         }
     }
 
@@ -397,13 +481,16 @@ impl Client {
                 .delete(&path, None)
                 .await
                 .map_err(|err| format!("zookeeper-client: deleting {path}: {err}")),
+            (Inner::RedisRs(floor), Held::RedisRs { key, value }) => {
+                floor.release(key, value).await
+            }
             _ => Err("a lock released through another library's client".into()),
         }
     }
 
     /// Opens the connections and loads the scripts, so that no timed phase pays for either.
     pub(crate) async fn warm_up(&self, tag: &str) -> Result<(), String> {
-        for i in 0..50 {
+        for i in 0..WARM_UP_CYCLES {
             let held = self.acquire(&format!("warmup:{tag}:{i}")).await?;
             self.release(held).await?;
         }

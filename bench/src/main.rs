@@ -45,6 +45,13 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        cli::Mode::Count(args) => match workloads::counts::child(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                println!("error {message}");
+                ExitCode::FAILURE
+            }
+        },
         cli::Mode::Run(config) => bench(config),
         cli::Mode::Plot { from, to } => {
             match plot::read(&from).and_then(|json| plot::write(&json, &to)) {

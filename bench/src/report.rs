@@ -924,6 +924,21 @@ impl Report {
         self.postgres_sections(&mut out, config);
         self.mysql_sections(&mut out, config);
         self.zookeeper_sections(&mut out, config);
+        self.section(
+            &mut out,
+            "counts",
+            "13. Counts of one uncontended cycle (acquire + release of a fresh key, 1 task): \
+             client instructions (callgrind), context switches, Redis commands and us",
+            &[
+                ("instructions", "instructions_per_cycle"),
+                ("x rslock", "instructions_ratio_to_rslock"),
+                ("wake-ups", "wakeups_per_cycle"),
+                ("preemptions", "preemptions_per_cycle"),
+                ("client cmds", "client_cmds_per_cycle"),
+                ("server cmds", "server_cmds_per_cycle"),
+                ("Redis us", "redis_exec_us_per_cycle"),
+            ],
+        );
 
         let _ = writeln!(out, "\nTargets (distlock, medians)");
         for t in &self.targets {

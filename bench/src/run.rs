@@ -6,8 +6,8 @@ use crate::cli::{Config, Workload};
 use crate::clients::{Client, LibId};
 use crate::floor;
 use crate::workloads::{
-    attribute, contended, etcd, held, mysql, open_loop, postgres, redlock, replicated, uncontended,
-    zookeeper,
+    attribute, contended, counts, etcd, held, mysql, open_loop, postgres, redlock, replicated,
+    uncontended, zookeeper,
 };
 use distlock_test_support::{
     EtcdCluster, MariaDbServer, PgServer, RedisServer, ServerConfig, ZkEnsemble,
@@ -20,7 +20,7 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 27] = [
+pub(crate) const SECTIONS: [&str; 28] = [
     "sequential",
     "parallel",
     "contended",
@@ -48,6 +48,7 @@ pub(crate) const SECTIONS: [&str; 27] = [
     "mysql_contended",
     "zookeeper_sequential",
     "zookeeper_contended",
+    "counts",
 ];
 
 /// The open-loop sections: key choice, offered rate in percent of rslock's closed-loop parallel
@@ -205,7 +206,8 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                             | LibId::EtcdLock
                             | LibId::DistributedLockPg
                             | LibId::DistributedLockMysql
-                            | LibId::ZookeeperClient => continue,
+                            | LibId::ZookeeperClient
+                            | LibId::RedisRs => continue,
                             LibId::Rslock => {
                                 held::rslock(&server, config.leases, config.lease_ttl, periods)
                                     .await
@@ -274,6 +276,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                 }
                 Workload::Mysql => mysql_sections(config, &mut mariadb_server, rep).await?,
                 Workload::Zookeeper => zookeeper_sections(config, &mut zk_ensemble, rep).await?,
+                Workload::Counts => vec![("counts", counts::run(&server, config.smoke).await)],
                 Workload::Replicated => {
                     if replicated_pair.is_empty() {
                         let primary = RedisServer::start_with(server_config(config));

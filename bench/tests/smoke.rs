@@ -128,6 +128,18 @@ fn smoke_run_ends_with_a_json_line_that_parses() {
             assert!(distlock[key].is_number(), "{section}: no {key}: {distlock}");
         }
     }
+    // The counts workload counts every library's context switches and server commands (a smoke
+    // run skips callgrind): two client commands a cycle for each, a script among them.
+    for lib in ["distlock", "distlock-fixed", "rslock", "redis-rs"] {
+        let row = &json["results"]["counts"][lib];
+        assert!(
+            row["context_switches_per_cycle"].is_number()
+                && row["client_cmds_per_cycle"]
+                    .as_f64()
+                    .is_some_and(|n| (2.0..2.2).contains(&n)),
+            "counts: {lib}: {row}"
+        );
+    }
     assert!(
         json["targets"].as_array().is_some_and(|t| !t.is_empty()),
         "no targets in {json}"

@@ -3,6 +3,7 @@
 
 pub(crate) mod attribute;
 pub(crate) mod contended;
+pub(crate) mod counts;
 pub(crate) mod etcd;
 pub(crate) mod held;
 pub(crate) mod mysql;
