@@ -30,7 +30,7 @@ impl LuaScript {
 
     /// `EVALSHA <sha> <numkeys> keys… args…`
     pub(crate) fn evalsha(&self, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+        let mut cmd = Self::sized("EVALSHA", self.sha.len(), keys, args);
         cmd.arg(self.sha.as_str());
         Self::push_keys_and_args(&mut cmd, keys, args);
         cmd
@@ -38,9 +38,23 @@ impl LuaScript {
 
     /// `EVAL <source> <numkeys> keys… args…`: the NOSCRIPT fallback, which also caches the script.
     pub(crate) fn eval(&self, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
+        let mut cmd = Self::sized("EVAL", self.source.len(), keys, args);
         cmd.arg(self.source);
         Self::push_keys_and_args(&mut cmd, keys, args);
+        cmd
+    }
+
+    /// `name` with room for the script (`script_len` bytes), the key count, `keys` and `args`:
+    /// built in place, without the buffers growing argument by argument.
+    fn sized(name: &str, script_len: usize, keys: &[&str], args: &[&[u8]]) -> redis::Cmd {
+        let count = 3 + keys.len() + args.len();
+        let bytes = name.len()
+            + script_len
+            + 20
+            + keys.iter().map(|key| key.len()).sum::<usize>()
+            + args.iter().map(|arg| arg.len()).sum::<usize>();
+        let mut cmd = redis::Cmd::with_capacity(count, bytes);
+        cmd.arg(name);
         cmd
     }
 
