@@ -355,6 +355,7 @@ impl Report {
         targets.extend(self.postgres_targets(config));
         targets.extend(self.mysql_targets(config));
         targets.extend(self.zookeeper_targets(config));
+        targets.extend(self.apart_targets(config));
         // Reported, not judged: on two cores the masters and the client share the CPUs, so the
         // ratio is a CPU ratio, set by the fenced script every master runs.
         targets.push(Target::report(
@@ -544,6 +545,53 @@ impl Report {
                 self.num("zookeeper_contended", d, "worker_share_max"),
                 1.2,
                 "",
+            ),
+        ]
+    }
+
+    /// The independent clients' targets: the handoff by push within a round trip of the floor's
+    /// (plus 10 us), so 1.2 x rslock's critical sections per second (its self re-acquire takes
+    /// two), and the lock shared evenly.
+    fn apart_targets(&self, config: &Config) -> [Target; 4] {
+        let d = LibId::Distlock;
+        let rtt_us = self
+            .floor
+            .get("rtt_set_per_s")
+            .and_then(Value::as_f64)
+            .filter(|rate| *rate > 0.0)
+            .map(|rate| 1e6 / rate);
+        let section = "contended_apart";
+        [
+            Target::at_least(
+                section,
+                &format!(
+                    "critical sections/s, {} independent clients, as a ratio to rslock",
+                    config.contenders
+                ),
+                self.num(section, d, "ratio_to_rslock"),
+                1.2,
+                "",
+            ),
+            Target::at_least(
+                section,
+                "smallest worker share of the mean (independent clients)",
+                self.num(section, d, "worker_share_min"),
+                0.9,
+                "",
+            ),
+            Target::at_most(
+                section,
+                "largest worker share of the mean (independent clients)",
+                self.num(section, d, "worker_share_max"),
+                1.1,
+                "",
+            ),
+            Target::at_most(
+                section,
+                "cross-client handoff p50; goal: one round trip + 10 us",
+                self.num(section, d, "cross_handoff_p50_us"),
+                rtt_us.map_or(f64::NAN, |rtt| rtt + 10.0),
+                " us",
             ),
         ]
     }
@@ -771,6 +819,16 @@ impl Report {
             );
             self.section(&mut out, section, &title, &across);
         }
+        self.section(
+            &mut out,
+            "contended_apart",
+            &format!(
+                "3e. Contended: {} independent clients on one key (each its own connections, \
+                 one task each, as {} processes would be)",
+                config.contenders, config.contenders
+            ),
+            contended,
+        );
         self.section(
             &mut out,
             "held",

@@ -20,10 +20,11 @@ use std::time::Duration;
 pub(crate) use crate::workloads::Outcome;
 
 /// Result sections, in report order.
-pub(crate) const SECTIONS: [&str; 28] = [
+pub(crate) const SECTIONS: [&str; 29] = [
     "sequential",
     "parallel",
     "contended",
+    "contended_apart",
     "contended_processes",
     "contended_3_processes",
     "contended_6_processes",
@@ -504,6 +505,28 @@ async fn contended_slices(
         }
         add_ratio_to_rslock(&mut rows, "cs_per_s");
         measured.push("contended", rows);
+        let mut rows = Vec::new();
+        for subject in subjects {
+            let lib = subject.client.lib;
+            let outcome = match subject.client.is_blocking() {
+                true => Err("its clients block a thread each; not run".into()),
+                false => {
+                    contended::apart(
+                        server,
+                        lib,
+                        &subject.contended,
+                        config.contenders,
+                        slice_length,
+                        config.critical_section,
+                        &format!("apart:{rep}:{slice}:{}", lib.name()),
+                    )
+                    .await
+                }
+            };
+            rows.push((lib, outcome));
+        }
+        add_ratio_to_rslock(&mut rows, "cs_per_s");
+        measured.push("contended_apart", rows);
         for (section, processes, per_process) in spreads.into_iter().chain(WIDER_CONTENDED) {
             let spread = (processes, per_process);
             let tag = format!("{rep}:{slice}");

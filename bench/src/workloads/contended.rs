@@ -10,7 +10,7 @@
 use super::START_DELAY;
 use crate::calibrate::Origins;
 use crate::cli::WorkerArgs;
-use crate::clients::{run_workers, Client};
+use crate::clients::{run_workers, Client, LibId};
 use crate::measure::{process_cpu, quantile, spin, us, wall_ns};
 use crate::server_stats::{self, Delta, Window};
 use distlock_test_support::RedisServer;
@@ -170,6 +170,42 @@ pub(crate) async fn in_process(
     let client_cpu = process_cpu().saturating_sub(cpu_before);
     let delta = window.close(server);
     let mut result = analyze(acquisitions, workers, 1)?;
+    record_lock_costs(&mut result, &delta, origins, Some(client_cpu));
+    Ok(result)
+}
+
+/// `clients` clients of `lib` in this process, each with its own connections (distlock: its own
+/// backend), one task each, as `clients` processes of one task would run: no client is shared,
+/// so every handoff crosses between clients.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn apart(
+    server: &RedisServer,
+    lib: LibId,
+    origins: &Origins,
+    clients: usize,
+    duration: Duration,
+    critical_section: Duration,
+    tag: &str,
+) -> Result<Map<String, Value>, String> {
+    server_stats::flush(server);
+    let mut connected = Vec::with_capacity(clients);
+    for i in 0..clients {
+        let client = Arc::new(Client::connect(lib, &server.url())?);
+        client.warm_up(&format!("{tag}:{i}")).await?;
+        connected.push(client);
+    }
+    let window = Window::open(server);
+    let cpu_before = process_cpu();
+    let acquisitions = contend_apart(
+        &connected,
+        &format!("busy:{tag}"),
+        duration,
+        critical_section,
+    )
+    .await?;
+    let client_cpu = process_cpu().saturating_sub(cpu_before);
+    let delta = window.close(server);
+    let mut result = analyze(acquisitions, clients, 1)?;
     record_lock_costs(&mut result, &delta, origins, Some(client_cpu));
     Ok(result)
 }
