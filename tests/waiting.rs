@@ -53,6 +53,65 @@ async fn a_release_wakes_the_waiter_without_polling() {
     until_subscribers(&fx.server, "notified", 0).await;
 }
 
+/// How long a channel stays subscribed after its last local waiter left (the runtime's
+/// `SUBSCRIPTION_LINGER`).
+const LINGER: Duration = Duration::from_secs(1);
+
+/// A process that waits for the same key again while the key's channel lingers finds its
+/// subscription in place: no SUBSCRIBE for that wait, and no UNSUBSCRIBE after the one before.
+/// Once nobody has waited for the linger, the channel is unsubscribed, and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_back_within_the_linger_finds_its_subscription_in_place() {
+    let fx = SingleRedis::start(|b| b);
+    let waiters = fx.another_backend();
+    raw::set_backoff_floor(&waiters, NO_POLLING);
+    let key = "lingering";
+    let (mut quick_rounds, mut left) = (0, None::<Instant>);
+    for round in 0..6 {
+        let holder = Lock::new(key).on(fx.backend()).acquire().await.unwrap();
+        let subscribes = fx.command_calls("subscribe");
+        let came_back = Instant::now();
+        let waiter = spawn_waiter(&waiters, key, Duration::from_secs(60));
+        common::until_waited_on(&fx, key).await;
+        holder.release().await.unwrap();
+        let acquired = waiter.await.unwrap().unwrap();
+        assert!(acquired - came_back < PROMPT, "round {round}: woken late");
+        let subscribed = fx.command_calls("subscribe") - subscribes;
+        // A round that came back well within the linger must find the subscription in place;
+        // a round this machine made slower than that may subscribe again.
+        if let Some(since) = left.map(|left| came_back - left) {
+            if since < LINGER / 2 {
+                quick_rounds += 1;
+                assert_eq!(
+                    subscribed, 0,
+                    "round {round}: subscribed again {since:?} after the last wait ended"
+                );
+            }
+        }
+        left = Some(Instant::now());
+    }
+    assert!(
+        quick_rounds >= 3,
+        "only {quick_rounds} rounds came back quickly"
+    );
+    let left = left.expect("six rounds ran");
+    let lingering = subscribers(&fx.server, key);
+    if left.elapsed() < LINGER / 2 {
+        assert_eq!(lingering, 1, "unsubscribed as soon as the last wait ended");
+    }
+    until_subscribers(&fx.server, key, 0).await;
+    assert!(
+        left.elapsed() >= LINGER * 8 / 10,
+        "unsubscribed {:?} after the last wait ended, before the linger was over",
+        left.elapsed()
+    );
+    assert_eq!(
+        raw::watched_channels(&waiters),
+        0,
+        "a local watch left behind"
+    );
+}
+
 /// Waits up to `budget` for `key`, held elsewhere, and gives up busy: a waiter that was told
 /// "busy" (marking the lock waited on) and is gone by the time it is released.
 async fn give_up_waiting(backend: &Backend, key: &str, budget: Duration) {

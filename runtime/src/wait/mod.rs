@@ -15,4 +15,4 @@ mod notify;
 
 pub(crate) use backoff::{retry_until, Backoff};
 pub(crate) use gate::{Claimed, Gates, Successor, Transferred, Turn};
-pub(crate) use notify::{Channels, OnIdleHook, ReleaseWatch};
+pub(crate) use notify::{Channels, Lingering, OnIdleHook, ReleaseWatch};

@@ -8,11 +8,18 @@
 //! waiter subscribes again on the next connection instead of trusting a dead one. Engines with
 //! several servers (Redlock) share one table over several links and need confirmations on
 //! enough of them to be told of any release.
+//!
+//! A table may let its channels linger ([`Channels::lingering`]): a channel whose last waiter
+//! left stays subscribed, and confirmed, for a while, so that a process that waits for the same
+//! key again soon (a client taking turns on a busy key) finds its subscription in place instead of
+//! sending SUBSCRIBE and UNSUBSCRIBE around every wait. The store's idle hook then waits out the
+//! linger ([`Channels::lingering_state`]) before it unsubscribes.
 
 use crate::hooks::LocalChange;
 use crate::util::sparse::shrink_when_sparse;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The channels local waiters watch, and how many waiters each has.
@@ -28,6 +35,8 @@ struct State {
     next_link: u64,
     /// Confirmations on distinct live links a subscription needs to count as confirmed.
     needed: usize,
+    /// How long a channel stays after its last waiter left (zero: it goes at once).
+    linger: Duration,
 }
 
 struct Entry {
@@ -38,6 +47,21 @@ struct Entry {
     /// The owner token of this process's waiter that may be handed the lock (the key's turn
     /// holder), and the fencing token of the handover once it came.
     handover: Option<(String, Option<u64>)>,
+    /// When the last waiter left, while none watches a lingering channel.
+    idle_since: Option<Instant>,
+    /// The store's idle hook was called for this idle spell and has not finished with it.
+    lingering: bool,
+}
+
+/// Where a channel whose last waiter left stands, for the store's idle hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lingering {
+    /// A waiter came back: the channel stays subscribed.
+    Watched,
+    /// Nobody watches it; it lingers until then.
+    Until(Instant),
+    /// Gone from the table (now, or before): unsubscribe.
+    Gone,
 }
 
 /// Called with a channel's name when its last watcher leaves.
@@ -65,12 +89,19 @@ impl Channels {
     /// confirmed them (1 for one server; Redlock over N masters with quorum Q needs N − Q + 1,
     /// so that every quorum of a releasing holder includes a subscribed master).
     pub(crate) fn needing(needed: usize) -> Self {
+        Channels::lingering(needed, Duration::ZERO)
+    }
+
+    /// [`needing`](Self::needing), each channel kept subscribed for `linger` after its last
+    /// waiter left.
+    pub(crate) fn lingering(needed: usize, linger: Duration) -> Self {
         Channels {
             state: Mutex::new(State {
                 entries: HashMap::new(),
                 live_links: HashSet::new(),
                 next_link: 0,
                 needed,
+                linger,
             }),
         }
     }
@@ -106,8 +137,11 @@ impl Channels {
                 watchers: 0,
                 confirmed_on: Vec::new(),
                 handover: None,
+                idle_since: None,
+                lingering: false,
             });
         entry.watchers += 1;
+        entry.idle_since = None;
         ReleaseWatch {
             receiver: entry.generation.subscribe(),
             channels: self.clone(),
@@ -187,19 +221,63 @@ impl Channels {
         }
     }
 
+    /// Whether a local waiter watches `channel` now.
     pub(crate) fn is_watched(&self, channel: &str) -> bool {
-        self.lock().entries.contains_key(channel)
+        let state = self.lock();
+        state.entries.get(channel).is_some_and(|e| e.watchers > 0)
+    }
+
+    /// Where `channel` stands for the store's idle hook, which unsubscribes on [`Lingering::Gone`]
+    /// only: a lingering channel whose time is up leaves the table now. The hook calls this under
+    /// the lock that orders its SUBSCRIBEs and UNSUBSCRIBEs, so a waiter that comes for the channel
+    /// afterwards subscribes anew, after the UNSUBSCRIBE.
+    pub(crate) fn lingering_state(&self, channel: &str) -> Lingering {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let linger = state.linger;
+        let Some(entry) = state.entries.get_mut(channel) else {
+            return Lingering::Gone;
+        };
+        if entry.watchers > 0 {
+            entry.lingering = false;
+            return Lingering::Watched;
+        }
+        match entry.idle_since.map(|since| since + linger) {
+            Some(until) if until > now => Lingering::Until(until),
+            _ => {
+                state.entries.remove(channel);
+                shrink_when_sparse(&mut state.entries);
+                Lingering::Gone
+            }
+        }
+    }
+
+    /// The idle hook for `channel` ended without finishing (its runtime shut down): the channel
+    /// leaves the table if nobody watches it, so that it is never left lingering for good.
+    pub(crate) fn linger_abandoned(&self, channel: &str) {
+        let mut state = self.lock();
+        if let Some(entry) = state.entries.get_mut(channel) {
+            entry.lingering = false;
+            if entry.watchers == 0 {
+                state.entries.remove(channel);
+                shrink_when_sparse(&mut state.entries);
+            }
+        }
     }
 
     /// Channels with at least one local waiter.
     #[cfg(distlock_test_hooks)]
     pub(crate) fn watched(&self) -> usize {
-        self.lock().entries.len()
+        let state = self.lock();
+        state.entries.values().filter(|e| e.watchers > 0).count()
     }
 
+    /// Unregisters a waiter; `true` when the store's idle hook is to be called: the last waiter
+    /// left (and, for a lingering channel, no hook is already waiting out its linger).
     fn unregister(&self, channel: &str) -> bool {
         let _changed = LocalChange;
         let mut state = self.lock();
+        let linger = state.linger;
         let Some(entry) = state.entries.get_mut(channel) else {
             return false;
         };
@@ -207,9 +285,14 @@ impl Channels {
         if entry.watchers > 0 {
             return false;
         }
-        state.entries.remove(channel);
-        shrink_when_sparse(&mut state.entries);
-        true
+        if linger.is_zero() {
+            state.entries.remove(channel);
+            shrink_when_sparse(&mut state.entries);
+            return true;
+        }
+        entry.idle_since = Some(Instant::now());
+        entry.handover = None;
+        !std::mem::replace(&mut entry.lingering, true)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -340,6 +423,54 @@ mod tests {
         channels.deliver("t:handover:1", b"G6 mine t:{k}:released");
         assert!(watch.released().now_or_never().is_some());
         assert_eq!(watch.take_handover("mine"), Some(6));
+    }
+
+    /// A lingering channel stays confirmed after its last waiter left, so the next waiter finds
+    /// it so; the idle hook is called once per idle spell, and the channel leaves the table when
+    /// its linger is over (or when the hook is abandoned), never while watched.
+    #[test]
+    fn a_lingering_channel_stays_confirmed_until_its_linger_is_over() {
+        let channels = Arc::new(Channels::lingering(1, Duration::from_secs(3600)));
+        let link = channels.new_link();
+        channels.link_up(link);
+        let idle = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hook: OnIdleHook = {
+            let idle = idle.clone();
+            Arc::new(move |_| {
+                idle.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
+        let watch = channels.register("c", Some(hook.clone()));
+        channels.confirm("c", link);
+        drop(watch);
+        assert_eq!(idle.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(!channels.is_watched("c"));
+        assert!(matches!(channels.lingering_state("c"), Lingering::Until(_)));
+
+        let again = channels.register("c", Some(hook.clone()));
+        assert!(
+            again.is_confirmed(),
+            "the lingering subscription was forgotten"
+        );
+        assert_eq!(channels.lingering_state("c"), Lingering::Watched);
+        drop(again);
+        // The hook of the first idle spell ended when the waiter came back: a new one starts.
+        assert_eq!(idle.load(std::sync::atomic::Ordering::SeqCst), 2);
+        let third = channels.register("c", Some(hook.clone()));
+        drop(third);
+        assert_eq!(
+            idle.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "a second hook while the first still waits out the linger"
+        );
+        channels.linger_abandoned("c");
+        assert_eq!(channels.lingering_state("c"), Lingering::Gone);
+        assert!(!channels.register("c", None).is_confirmed());
+
+        let brief = Arc::new(Channels::lingering(1, Duration::ZERO));
+        brief.link_up(brief.new_link());
+        drop(brief.register("d", None));
+        assert_eq!(brief.lingering_state("d"), Lingering::Gone);
     }
 
     /// A handover wakes only the waiter it names, once; an announcement wakes every waiter.

@@ -1,7 +1,9 @@
 //! Release notifications from Redis: one pub/sub connection per backend, shared by every local
-//! waiter. Channels are subscribed on demand and unsubscribed when their last local waiter
-//! leaves. When the connection breaks, every waiter is woken to re-check; the next one that
-//! still has to wait subscribes again, over a new connection.
+//! waiter. Channels are subscribed on demand and unsubscribed [`SUBSCRIPTION_LINGER`] after
+//! their last local waiter left, unless a waiter came back meanwhile (a single server's and
+//! Sentinel's tables linger; Redlock's unsubscribe at once). When the connection breaks, every
+//! waiter is woken to re-check; the next one that still has to wait subscribes again, over a new
+//! connection.
 //!
 //! Every connection has an epoch, and a subscription is confirmed with the epoch of the
 //! connection that carried it (see [`Channels`]): a confirmation recorded after its connection
@@ -21,12 +23,18 @@ use super::node::Node;
 use crate::engines::engine::{EngineFailure, EngineResult};
 use crate::engines::settings::Timeouts;
 use crate::hooks::{self, SharedHooks};
-use crate::wait::{Channels, OnIdleHook, ReleaseWatch};
+use crate::wait::{Channels, Lingering, OnIdleHook, ReleaseWatch};
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use redis::aio::PubSubSink;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+
+/// How long a channel stays subscribed after its last local waiter left: a client that takes
+/// turns on a busy key with others waits again within milliseconds, and finds its subscription in
+/// place (no SUBSCRIBE, and no UNSUBSCRIBE after each wait). As long as a key is remembered as
+/// contended for its releases (`conditional.rs`).
+pub(crate) const SUBSCRIPTION_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub(crate) struct Subscriber {
     node: Arc<Node>,
@@ -153,7 +161,7 @@ impl Subscriber {
     }
 
     /// Registers a waiter for `channel`, to be told of every release from now on; the last
-    /// waiter out unsubscribes.
+    /// waiter out unsubscribes (after the table's linger).
     pub(crate) fn register(&self, channel: &str) -> ReleaseWatch {
         self.channels.register(channel, Some(self.on_idle()))
     }
@@ -210,18 +218,32 @@ impl Subscriber {
         Ok(epoch)
     }
 
-    /// Unsubscribes from `channel` on the live link, unless a waiter came back for it.
+    /// Unsubscribes from `channel` on the live link once its linger is over, unless a waiter
+    /// came back for it.
     ///
     /// # Cancel safety
     /// Never dropped by a caller.
-    /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller. An
-    /// UNSUBSCRIBE not answered within the response timeout is given up on; it may still run.
+    /// Runs as a task of its own (spawned by the idle hook), never dropped by a caller; dropped
+    /// with its runtime, it takes the channel out of the table if nobody watches it, so that no
+    /// channel lingers for good. An UNSUBSCRIBE not answered within the response timeout is given
+    /// up on; it may still run.
     async fn unsubscribe(&self, channel: String) {
-        let links = self.link.lock().await;
-        // A waiter may have come back for the channel since its last one left.
-        if self.channels.is_watched(&channel) {
-            return;
-        }
+        let abandoned = Abandoned {
+            channels: &self.channels,
+            channel: &channel,
+        };
+        let links = loop {
+            let links = self.link.lock().await;
+            match self.channels.lingering_state(&channel) {
+                Lingering::Watched => return abandoned.finished(),
+                Lingering::Until(until) => {
+                    drop(links);
+                    tokio::time::sleep_until(until.into()).await;
+                }
+                Lingering::Gone => break links,
+            }
+        };
+        abandoned.finished();
         if let Some(link) = links
             .current
             .as_ref()
@@ -387,6 +409,26 @@ impl Batched for Subscriptions {
         if let Some(subscriber) = self.subscriber.upgrade() {
             (subscriber.on_idle())(channel);
         }
+    }
+}
+
+/// Takes a lingering channel out of the table when the task waiting out its linger is dropped
+/// before it finished ([`Channels::linger_abandoned`]).
+struct Abandoned<'a> {
+    channels: &'a Channels,
+    channel: &'a str,
+}
+
+impl Abandoned<'_> {
+    /// The task finished with the channel: nothing to take out.
+    fn finished(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        self.channels.linger_abandoned(self.channel);
     }
 }
 

@@ -11,7 +11,7 @@ use super::group_commit::GroupCommit;
 use super::handover_channel::HandoverChannel;
 use super::keyspace;
 use super::node::{settle_release, settle_transfer, LockCall, Node, ReleaseCall, ReplicaAck};
-use super::pubsub::Subscriber;
+use super::pubsub::{Subscriber, SUBSCRIPTION_LINGER};
 use super::sentinel::{SentinelSpec, SentinelTarget};
 use crate::engines::engine::{
     Acquired, Asker, Engine, EngineResult, GrantedAs, Holder, Ownership, Renewal, Transfer,
@@ -96,7 +96,7 @@ impl RedisEngine {
             config.timeouts,
             config.prefix,
             config.hooks.clone(),
-            Arc::new(Channels::needing(1)),
+            Arc::new(Channels::lingering(1, SUBSCRIPTION_LINGER)),
         );
         if let Some(target) = sentinel {
             // Waiters listen on the new primary once the sentinels switch.
@@ -245,7 +245,10 @@ impl Engine for RedisEngine {
         Box::pin(async move {
             let channel = self.names(key).channel;
             let watch = self.subscriber.register(&channel);
-            self.subscriber.subscribe_and_confirm(&channel).await?;
+            // Still subscribed since an earlier wait (the channel lingers), on a live link.
+            if !watch.is_confirmed() {
+                self.subscriber.subscribe_and_confirm(&channel).await?;
+            }
             Ok(watch)
         })
     }
