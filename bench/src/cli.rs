@@ -22,8 +22,9 @@ medians over --runs repetitions, followed by one JSON line (the last line of std
 WORKLOADS:
     sequential   1 task, acquire + release of distinct keys: cycles/s, p50/p99, ratio to the floor
     parallel     --tasks tasks on distinct keys: cycles/s, ratio to the server's rate at that concurrency
-    contended    --contenders tasks on one key, 2 processes x (contenders/2) tasks, and 12 tasks
-                 as 3 processes x 4 and as 6 x 2: critical sections/s, fairness per worker and
+    contended    --contenders tasks on one key, --contenders independent clients (a backend
+                 and connections each, one task each), 2 processes x (contenders/2) tasks, and
+                 12 tasks as 3 processes x 4 and as 6 x 2: critical sections/s, fairness per worker and
                  per process, handoff and wait latency, Redis commands per acquired lock;
                  beside the libraries, the FIFO floor (`fifo-floor`): waiters queued on the
                  server and the lock granted to the next one inside the release, by one message —

@@ -120,18 +120,22 @@ async fn count(server: &RedisServer, lib: LibId, dir: &Path, smoke: bool) -> Out
     if smoke {
         return Ok(result);
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let short = instructions(&exe, &args(SHORT), dir)?;
-    let long = instructions(&exe, &args(LONG), dir)?;
-    let per_cycle = long.saturating_sub(short) as f64 / (LONG - SHORT) as f64;
-    result.insert("instructions_per_cycle".into(), per_cycle.into());
-    result.insert(
-        "callgrind_file".into(),
-        callgrind_file(dir, &args(LONG))
-            .display()
-            .to_string()
-            .into(),
-    );
+    // Without valgrind (or a profile), the other counts stand and the reason is recorded.
+    let counted = std::fs::create_dir_all(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))
+        .and_then(|()| instructions(&exe, &args(SHORT), dir))
+        .and_then(|short| Ok((short, instructions(&exe, &args(LONG), dir)?)));
+    match counted {
+        Ok((short, long)) => {
+            let per_cycle = long.saturating_sub(short) as f64 / (LONG - SHORT) as f64;
+            let file = callgrind_file(dir, &args(LONG)).display().to_string();
+            result.insert("instructions_per_cycle".into(), per_cycle.into());
+            result.insert("callgrind_file".into(), file.into());
+        }
+        Err(reason) => {
+            result.insert("instructions_na".into(), reason.into());
+        }
+    }
     Ok(result)
 }
 
@@ -178,8 +182,9 @@ fn run_child(mut command: Command, args: &CountArgs) -> Result<(u64, u64), Strin
     });
     parsed.ok_or_else(|| {
         format!(
-            "the count child ({program}, {}) failed: {}{}",
+            "the count child ({program}, {}) failed ({}): {}{}",
             args.lib.name(),
+            output.status,
             stdout.trim(),
             String::from_utf8_lossy(&output.stderr).trim()
         )
