@@ -781,6 +781,8 @@ impl Report {
             ("handoff p99 us", "handoff_p99_us"),
             ("cross p50 us", "cross_handoff_p50_us"),
             ("cross p99 us", "cross_handoff_p99_us"),
+            ("release trip p50 us", "cross_release_trip_p50_us"),
+            ("after reply p50 us", "cross_after_reply_p50_us"),
             ("wait p50 us", "wait_p50_us"),
             ("wait p99 us", "wait_p99_us"),
             ("wait max us", "wait_max_us"),

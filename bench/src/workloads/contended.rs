@@ -33,13 +33,15 @@ pub(crate) struct Acquisition {
     pub(crate) acquired: u64,
     /// When it started releasing it.
     pub(crate) releasing: u64,
+    /// When its release returned (the reply came back).
+    pub(crate) released: u64,
 }
 
 impl Acquisition {
     pub(crate) fn to_line(self) -> String {
         format!(
-            "r {} {} {} {}",
-            self.worker, self.asked, self.acquired, self.releasing
+            "r {} {} {} {} {}",
+            self.worker, self.asked, self.acquired, self.releasing, self.released
         )
     }
 
@@ -51,6 +53,7 @@ impl Acquisition {
             asked: next()?,
             acquired: next()?,
             releasing: next()?,
+            released: next()?,
         })
     }
 }
@@ -139,6 +142,7 @@ async fn work(
             asked,
             acquired,
             releasing,
+            released: wall_ns(),
         });
     }
     Ok(acquisitions)
@@ -391,6 +395,9 @@ pub(crate) fn analyze(
     let mut handoffs = Vec::with_capacity(n);
     let mut cross = Vec::with_capacity(n);
     let mut cross_process = Vec::new();
+    // A cross-worker handoff's timeline: the release's round trip (its reply back), then the
+    // next holder's start after that reply (negative: it started before the reply came).
+    let (mut release_trips, mut after_reply) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut same_worker, mut same_process, mut violations) = (0usize, 0usize, 0usize);
     for pair in acquisitions.windows(2) {
         let (before, after) = (pair[0], pair[1]);
@@ -405,6 +412,8 @@ pub(crate) fn analyze(
             same_worker += 1;
         } else {
             cross.push(handoff);
+            release_trips.push(before.released.saturating_sub(before.releasing));
+            after_reply.push(after.acquired as i64 - before.released as i64);
         }
         if process_of(after.worker) == process_of(before.worker) {
             same_process += 1;
@@ -461,6 +470,19 @@ pub(crate) fn analyze(
         us(quantile(&handoffs, 0.99)).into(),
     );
     result.insert("cross_handoffs".into(), cross.len().into());
+    release_trips.sort_unstable();
+    after_reply.sort_unstable();
+    result.insert(
+        "cross_release_trip_p50_us".into(),
+        us(quantile(&release_trips, 0.50)).into(),
+    );
+    // The median as `quantile` ranks it, on signed values.
+    let rank = after_reply.len().div_ceil(2).max(1);
+    let after_reply_p50 = after_reply.get(rank - 1).copied();
+    result.insert(
+        "cross_after_reply_p50_us".into(),
+        after_reply_p50.map_or(Value::Null, |ns| (ns as f64 / 1e3).into()),
+    );
     result.insert(
         "cross_handoff_p50_us".into(),
         us(quantile(&cross, 0.50)).into(),
@@ -513,12 +535,14 @@ fn record_lock_costs(
 mod tests {
     use super::*;
 
+    /// An acquisition whose release took 500 ns.
     fn at(worker: usize, asked: u64, acquired: u64, releasing: u64) -> Acquisition {
         Acquisition {
             worker,
             asked,
             acquired,
             releasing,
+            released: releasing + 500,
         }
     }
 
@@ -536,6 +560,9 @@ mod tests {
         assert_eq!(result["violations"], 1);
         assert_eq!(result["cross_handoffs"], 1);
         assert_eq!(result["cross_handoff_p50_us"], 1.0);
+        // 4,000 -> 5,000: the release came back at 4,500, the next holder 500 ns later.
+        assert_eq!(result["cross_release_trip_p50_us"], 0.5);
+        assert_eq!(result["cross_after_reply_p50_us"], 0.5);
         assert_eq!(result["worker_share_max"], 1.5);
         assert_eq!(result["wait_max_us"], 5.0);
     }
