@@ -221,14 +221,7 @@ impl Report {
             |workload: &'static str, what: &str, value: Option<f64>, goal: f64, unit: &str| {
                 targets.push(Target::at_most(workload, what, value, goal, unit))
             };
-        // One round trip on the floor's connection, for the handoff goal.
-        let rtt_us = self
-            .floor
-            .get("rtt_set_per_s")
-            .and_then(Value::as_f64)
-            .filter(|rate| *rate > 0.0)
-            .map(|rate| 1e6 / rate);
-        let handoff_goal = rtt_us.map_or(f64::NAN, |rtt| rtt + 30.0);
+        let handoff_goal = self.rtt_us().map_or(f64::NAN, |rtt| rtt + 30.0);
         at_most(
             "sequential",
             "Redis execution per uncontended cycle",
@@ -549,17 +542,21 @@ impl Report {
         ]
     }
 
+    /// One round trip on the floor's connection, in µs, for the handoff goals.
+    fn rtt_us(&self) -> Option<f64> {
+        self.floor
+            .get("rtt_set_per_s")
+            .and_then(Value::as_f64)
+            .filter(|rate| *rate > 0.0)
+            .map(|rate| 1e6 / rate)
+    }
+
     /// The independent clients' targets: the handoff by push within a round trip of the floor's
     /// (plus 10 us), so 1.2 x rslock's critical sections per second (its self re-acquire takes
     /// two), and the lock shared evenly.
     fn apart_targets(&self, config: &Config) -> [Target; 4] {
         let d = LibId::Distlock;
-        let rtt_us = self
-            .floor
-            .get("rtt_set_per_s")
-            .and_then(Value::as_f64)
-            .filter(|rate| *rate > 0.0)
-            .map(|rate| 1e6 / rate);
+        let rtt_us = self.rtt_us();
         let section = "contended_apart";
         [
             Target::at_least(
