@@ -2,7 +2,7 @@
 //! conditional `SET … IFEQ` release beside it, the local transfer, and the fencing token's
 //! write-back.
 
-use super::{ms_arg, unexpected, Bound, Node, ReplicaAck};
+use super::{ms_arg, unexpected, Bound, Digits, Node, ReplicaAck};
 use crate::engines::engine::{
     Acquired, Asker, EngineFailure, EngineResult, GrantedAs, Ownership, Transfer,
 };
@@ -10,7 +10,7 @@ use crate::engines::redis::conditional;
 use crate::engines::redis::diagnose;
 use crate::engines::redis::handover_channel::HandoverChannel;
 use crate::engines::redis::protocol::{
-    asker_arg, millis, Acquire, FenceWriteback, Release, UnknownReply,
+    asker_arg, asker_bytes, millis, Acquire, FenceWriteback, Release, UnknownReply,
 };
 use crate::engines::redis::scripts::{ACQUIRE, FENCE_WRITEBACK, RELEASE};
 use crate::lock::key::KeyNames;
@@ -212,8 +212,8 @@ impl Node {
         grant_time: Option<Duration>,
     ) -> EngineResult<Vec<EngineResult<Acquired>>> {
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
-        let step = clock_step_us.to_string();
-        let ttls: Vec<Vec<u8>> = items.iter().map(|item| ms_arg(item.ttl)).collect();
+        let step = Digits::of(u64::from(clock_step_us));
+        let ttls: Vec<Digits> = items.iter().map(|item| Digits::ms(item.ttl)).collect();
         let askers: Vec<std::borrow::Cow<'_, [u8]>> = items
             .iter()
             .map(|item| match item.ticket {
@@ -221,7 +221,7 @@ impl Node {
                     let code = char::from(asker_arg(item.asker));
                     format!("{code} {ticket}").into_bytes().into()
                 }
-                _ => vec![asker_arg(item.asker)].into(),
+                _ => asker_bytes(item.asker).into(),
             })
             .collect();
         let queue = self.queue_arg(grant_time);
@@ -231,7 +231,7 @@ impl Node {
         args.push(&queue);
         for ((item, ttl), asker) in items.iter().zip(&ttls).zip(&askers) {
             args.push(item.owner.as_bytes());
-            args.push(ttl);
+            args.push(ttl.as_bytes());
             args.push(asker);
         }
         let (reply, acknowledged): (Vec<i64>, _) = self
@@ -660,9 +660,8 @@ impl Node {
             .iter()
             .map(|item| item.script_arg(self.grant_time))
             .collect();
-        let marker_ms = ms_arg(marker_ttl);
-        let window = ms_arg(reservation_window);
-        let args = self.release_args(&owners, &marker_ms, &window);
+        let (marker_ms, window) = (Digits::ms(marker_ttl), Digits::ms(reservation_window));
+        let args = self.release_args(&owners, marker_ms.as_bytes(), window.as_bytes());
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
         release_replies(codes, items.iter(), self.grant_time)
     }

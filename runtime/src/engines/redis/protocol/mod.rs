@@ -71,6 +71,18 @@ pub(crate) const fn asker_arg(asker: Asker) -> u8 {
     }
 }
 
+/// [`asker_arg`] as a one-byte string, borrowed where an argument list takes it.
+pub(crate) const fn asker_bytes(asker: Asker) -> &'static [u8] {
+    const ONCE: [u8; 1] = [asker_arg(Asker::Once)];
+    const WILL_WAIT: [u8; 1] = [asker_arg(Asker::WillWait)];
+    const WAITING: [u8; 1] = [asker_arg(Asker::Waiting)];
+    match asker {
+        Asker::Once => &ONCE,
+        Asker::WillWait => &WILL_WAIT,
+        Asker::Waiting => &WAITING,
+    }
+}
+
 /// [`asker_arg`]'s reverse, where an argument is read (the twin's entry points).
 #[cfg(any(test, distlock_test_hooks))]
 pub(crate) fn asker_of(arg: u8) -> Option<Asker> {
