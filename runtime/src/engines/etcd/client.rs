@@ -170,9 +170,12 @@ impl Connection {
                     .to_owned(),
             );
         }
-        let closed = chain_mentions(err, "connection closed")
-            || chain_mentions(err, "broken pipe")
-            || chain_mentions(err, "connection reset");
+        // etcd-client's message shows the transport's I/O error in its debug form
+        // (`Kind(ConnectionReset)`), and its error names no source to follow down to it.
+        let closed = ["connection closed", "broken pipe", "connection reset"]
+            .into_iter()
+            .chain(["brokenpipe", "connectionreset"])
+            .any(|needle| chain_mentions(err, needle));
         match (self.spec.secure, closed) {
             (true, true) if self.tls.client.is_none() => Some(
                 "the member closed the connection after the TLS handshake, as members that \
