@@ -53,6 +53,14 @@ struct Entry {
     lingering: bool,
 }
 
+impl State {
+    /// Takes `channel` out of the table.
+    fn remove(&mut self, channel: &str) {
+        self.entries.remove(channel);
+        shrink_when_sparse(&mut self.entries);
+    }
+}
+
 /// Where a channel whose last waiter left stands, for the store's idle hook.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lingering {
@@ -245,8 +253,7 @@ impl Channels {
         match entry.idle_since.map(|since| since + linger) {
             Some(until) if until > now => Lingering::Until(until),
             _ => {
-                state.entries.remove(channel);
-                shrink_when_sparse(&mut state.entries);
+                state.remove(channel);
                 Lingering::Gone
             }
         }
@@ -259,8 +266,7 @@ impl Channels {
         if let Some(entry) = state.entries.get_mut(channel) {
             entry.lingering = false;
             if entry.watchers == 0 {
-                state.entries.remove(channel);
-                shrink_when_sparse(&mut state.entries);
+                state.remove(channel);
             }
         }
     }
@@ -286,8 +292,7 @@ impl Channels {
             return false;
         }
         if linger.is_zero() {
-            state.entries.remove(channel);
-            shrink_when_sparse(&mut state.entries);
+            state.remove(channel);
             return true;
         }
         entry.idle_since = Some(Instant::now());
