@@ -212,3 +212,16 @@ pub async fn take_over_and_write(
     assert_eq!(written, distlock::redis::FencedWrite::Applied);
     (guard, taken_at)
 }
+
+/// Asserts that the lock of a holder with a watchdog lease of `lease`, stopped (SIGSTOP), was
+/// taken over `taken_after` the stop no earlier than the holder's validity could last: renewed at
+/// most a third of the lease before the stop, it is valid for the lease less its margin
+/// (`lease / 100 + 2 ms`) from that renewal.
+pub fn assert_not_taken_within_validity(taken_after: Duration, lease: Duration) {
+    let least = lease * 2 / 3 - lease / 100 - Duration::from_millis(2);
+    assert!(
+        taken_after >= least,
+        "taken over {taken_after:?} after the stop, while the holder could still believe it \
+         held the lock (its validity lasts at least {least:?} past the stop)"
+    );
+}
