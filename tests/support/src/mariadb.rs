@@ -25,6 +25,10 @@ pub const MARIADB_BINDIR_ENV: &str = "DISTLOCK_MARIADB_BINDIR";
 
 /// What the server logs once it takes connections.
 const READY_LINE: &str = "ready for connections";
+/// What the server logs when its port is taken.
+const PORT_TAKEN: &str = "Address already in use";
+/// Starts of a new server, each on another port when the last found its port taken.
+const BIND_ATTEMPTS: usize = 5;
 const START_DEADLINE: Duration = Duration::from_secs(30);
 /// The database [`MariaDbServer::url`] names and [`MariaDbServer::sql`] runs in.
 const DATABASE: &str = "test";
@@ -85,7 +89,18 @@ impl MariaDbServer {
             ]);
         }
         server.args.extend(args.iter().map(OsString::from));
-        server.launch();
+        // The port was free when picked, but another process may have bound it since (see
+        // `ports`): a first start that finds it taken starts again on another.
+        for _ in 1..BIND_ATTEMPTS {
+            match server.try_launch() {
+                Ok(()) => break,
+                Err(log) if log.contains(PORT_TAKEN) => server.port = free_port(),
+                Err(log) => panic!("mariadbd on port {} did not start:\n{log}", server.port),
+            }
+        }
+        if server.child.is_none() {
+            server.launch();
+        }
         server.run_sql(
             &format!(
                 "CREATE DATABASE IF NOT EXISTS {DATABASE}; \
@@ -135,7 +150,16 @@ impl MariaDbServer {
         );
     }
 
+    /// Starts the server on its port; panics with its log if it does not start.
     fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            panic!("mariadbd on port {} did not start:\n{log}", self.port);
+        }
+    }
+
+    /// Starts the server on its port: `Err` with the end of its log (and how it ended) if it
+    /// does not start.
+    fn try_launch(&mut self) -> Result<(), String> {
         let mut command = Command::new(bin("mariadbd"));
         // --no-defaults has to come first: no my.cnf, so nothing of the machine's server.
         command
@@ -163,14 +187,11 @@ impl MariaDbServer {
             other => {
                 child.signal(libc::SIGKILL);
                 child.wait_exit(KILL_DEADLINE);
-                panic!(
-                    "mariadbd on port {} did not start ({other:?}):\n{}",
-                    self.port,
-                    tail(&child.output())
-                )
+                return Err(format!("({other:?}) {}", tail(&child.output())));
             }
         }
         self.child = Some(child);
+        Ok(())
     }
 
     fn data(&self) -> PathBuf {
