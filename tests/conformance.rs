@@ -12,8 +12,8 @@ mod kinds;
 use kinds::*;
 
 use common::{
-    Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Mysql, Postgres, Redlock, Sentinel,
-    SentinelTls, SingleRedis, Valkey, Zookeeper,
+    until_waited_on, Cluster, ClusterTls, Etcd, EtcdTls, Fixture, InProcess, Mysql, Postgres,
+    Redlock, Sentinel, SentinelTls, SingleRedis, UnfencedRedis, Valkey, Zookeeper,
 };
 use distlock::__private::raw;
 use distlock::{Lease, Lock, LockError, LockKind, LostReason, OnLost, Released};
@@ -36,6 +36,14 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
                     super::$test::<super::SingleRedis>().await;
+                }
+            )*
+        }
+        mod redis_unfenced {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test::<super::UnfencedRedis>().await;
                 }
             )*
         }
@@ -330,7 +338,7 @@ async fn a_fixed_lease_expires_and_is_reported_lost<F: Fixture>() {
         .acquire()
         .await
         .expect("free once the lease expired on the server");
-    assert!(next.fencing_token() > guard.fencing_token());
+    assert_later_token(&fx, next.fencing_token(), guard.fencing_token());
     assert_eq!(guard.release().await.unwrap(), Released::TakenOver);
     assert_eq!(fx.backend().stats().release_taken_over, 1);
 }
@@ -534,6 +542,9 @@ async fn acquire_is_idempotent_for_the_same_owner<F: Fixture>() {
 
 async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() {
     let fx = F::start(|b| b);
+    if !fx.fenced() {
+        return efficiency_locks_carry_no_token_and_leave_no_marker(&fx).await;
+    }
     let key = unique_key("fence");
     let mut last = 0u64;
     let mut decreases = 0;
@@ -561,6 +572,38 @@ async fn fencing_tokens_increase_over_10k_grants_and_counter_loss<F: Fixture>() 
         "tokens are past {}: {last}",
         fx.least_token()
     );
+}
+
+/// Efficiency locks (`fencing_tokens(false)`): every grant, by a first try or by a waiter, has
+/// token 0, and a release deletes the key (no token marker to keep).
+async fn efficiency_locks_carry_no_token_and_leave_no_marker<F: Fixture>(fx: &F) {
+    let key = unique_key("unfenced");
+    let contender = fx.contender();
+    for round in 0..200 {
+        let guard = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+        assert_eq!(guard.fencing_token(), 0, "round {round}");
+        // Every tenth round someone waits: the lock is handed over, still without a token.
+        if round % 10 == 0 {
+            let waiter = Lock::new(&key).on(&contender).wait(Duration::from_secs(5));
+            let waiting = tokio::spawn(async move { waiter.acquire().await });
+            until_waited_on(fx, &key).await;
+            guard.release().await.unwrap();
+            let handed = waiting.await.unwrap().unwrap();
+            assert_eq!(handed.fencing_token(), 0, "round {round}, handed over");
+            handed.release().await.unwrap();
+        } else {
+            guard.release().await.unwrap();
+        }
+        assert_eq!(fx.pttl(&key).await, None, "round {round}: the key is gone");
+    }
+}
+
+/// `later`, a token granted after `earlier` for the same key, is larger; an efficiency lock's is 0.
+fn assert_later_token<F: Fixture>(fx: &F, later: u64, earlier: u64) {
+    match fx.fenced() {
+        true => assert!(later > earlier, "{later} after {earlier}"),
+        false => assert_eq!(later, 0, "an efficiency lock has no token"),
+    }
 }
 
 async fn watchdog_keeps_a_long_call_locked<F: Fixture>() {
@@ -1034,7 +1077,7 @@ async fn force_unlock_removes_any_holder_and_fences_it_out<F: Fixture>() {
     assert_eq!(other.force_unlock(&key).await.unwrap(), None, "free now");
 
     let next = Lock::new(&key).on(&other).acquire().await.unwrap();
-    assert!(next.fencing_token() > stuck.fencing_token());
+    assert_later_token(&fx, next.fencing_token(), stuck.fencing_token());
     let lost = within(Duration::from_secs(3), stuck.lost()).await;
     assert!(
         matches!(

@@ -1,7 +1,8 @@
 //! The lock protocol's two implementations agree: the Lua scripts on a real redis-server and
 //! their Rust twins, which the in-process engine runs (`engines/in_process/scripts.rs`), are
 //! driven by the same seeded random operations — acquire (a single try, a first try, a waiter;
-//! with a Redlock ticket), release (plain, naming a successor, giving a vote back), renew,
+//! with a Redlock ticket; an efficiency lock's `SET NX PX` claim), release (plain, naming a
+//! successor, giving a vote back), renew,
 //! readers and permits, force-unlock, expiry of a lock, a queue entry or a set, a value
 //! distlock did not write — over a few keys and owners. After every step both must have
 //! answered the same reply and hold the same state: the lock value, its queue with every
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::Duration;
 
-const SEEDS: u64 = 12;
+const SEEDS: u64 = 14;
 const STEPS: usize = 800;
 const LOCKS: [&str; 3] = ["t:{a}", "t:{b}", "t:{c}"];
 const OWNERS: [&str; 4] = ["o1", "o2", "o3", "o4"];
@@ -37,18 +38,23 @@ struct Mode {
     grant_ms: u64,
     window_ms: u64,
     hands_over: bool,
+    /// Exclusive locks carry tokens; `false`: efficiency locks (clock step and marker TTL 0),
+    /// whose first tries are `SET NX PX` claims.
+    fenced: bool,
 }
 
 impl Mode {
-    /// The settings a seed runs with: one of six, by the seed (consecutive seeds cover them all).
+    /// The settings a seed runs with: one of seven, by the seed (consecutive seeds cover them
+    /// all).
     fn of(seed: u64) -> Mode {
         let one_server = |label, window_ms| Mode {
             label,
             grant_ms: 60_000,
             window_ms,
             hands_over: true,
+            fenced: true,
         };
-        match seed % 6 {
+        match seed % 7 {
             0 => one_server("lbl", 60_000),
             1 => one_server("web-1 (canary)", 0),
             2 => one_server(">gt", 60_000),
@@ -59,11 +65,17 @@ impl Mode {
                 ..one_server("lbl", 60_000)
             },
             // The in-process engine: nobody queues, nothing is reserved.
-            _ => Mode {
+            5 => Mode {
                 label: "lbl",
                 grant_ms: 0,
                 window_ms: 0,
                 hands_over: true,
+                fenced: true,
+            },
+            // Efficiency locks on one server.
+            _ => Mode {
+                fenced: false,
+                ..one_server("lbl", 60_000)
             },
         }
     }
@@ -72,6 +84,11 @@ impl Mode {
 /// One operation.
 #[derive(Debug, Clone)]
 enum Op {
+    /// An efficiency lock's first try: `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>`.
+    Claim {
+        lock: &'static str,
+        owner: &'static str,
+    },
     Acquire {
         lock: &'static str,
         owner: &'static str,
@@ -135,6 +152,7 @@ impl Op {
             _ => rng.below(100),
         };
         match roll {
+            0..=31 if !mode.fenced && rng.below(3) == 0 => Op::Claim { lock, owner },
             0..=31 => Op::Acquire {
                 lock,
                 owner,
@@ -193,6 +211,7 @@ impl Op {
     fn lock(&self) -> &str {
         match self {
             Op::Acquire { lock, .. }
+            | Op::Claim { lock, .. }
             | Op::Release { lock, .. }
             | Op::Renew { lock, .. }
             | Op::SharedAcquire { lock, .. }
@@ -238,6 +257,7 @@ fn member(owner: &str, mode: Mode) -> String {
 /// Runs `op` on the twin.
 fn on_twin(twin: &mut Twin, op: &Op, mode: Mode) -> Answer {
     match op {
+        Op::Claim { lock, owner } => Answer::Ints(vec![i64::from(twin.claim(lock, owner, TTL_MS))]),
         Op::Acquire {
             lock,
             owner,
@@ -324,7 +344,21 @@ impl Scripts {
 /// Adds `op` to `pipe`, as the Lua scripts take it.
 fn on_redis(pipe: &mut redis::Pipeline, scripts: &Scripts, op: &Op, mode: Mode) {
     let holders = format!("{}:holders", op.lock());
+    // Efficiency locks: tokens 0 (clock step 0), released without a marker (marker TTL 0).
+    let (step, marker_ms) = match mode.fenced {
+        true => ("1", MARKER_TTL_MS),
+        false => ("0", 0),
+    };
     match op {
+        Op::Claim { lock, owner } => {
+            let value = format!("L0 {owner} {}", mode.label);
+            pipe.cmd("SET")
+                .arg(lock)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(TTL_MS);
+        }
         Op::Acquire {
             lock,
             owner,
@@ -336,7 +370,7 @@ fn on_redis(pipe: &mut redis::Pipeline, scripts: &Scripts, op: &Op, mode: Mode) 
                 None => (*asker as char).to_string(),
             };
             let args = [
-                "1".into(),
+                step.into(),
                 mode.label.into(),
                 mode.grant_ms.to_string(),
                 (*owner).into(),
@@ -365,7 +399,7 @@ fn on_redis(pipe: &mut redis::Pipeline, scripts: &Scripts, op: &Op, mode: Mode) 
                 per_key.push_str(" =");
             }
             let args = [
-                MARKER_TTL_MS.to_string(),
+                marker_ms.to_string(),
                 mode.window_ms.to_string(),
                 "PUBLISH".into(),
                 String::new(),
@@ -443,6 +477,8 @@ fn text(value: &Value) -> String {
 fn answer_of(op: &Op, value: &Value) -> Answer {
     match (op, value) {
         (Op::Expire { .. } | Op::Foreign { .. }, _) => Answer::Done,
+        (Op::Claim { .. }, Value::Okay) => Answer::Ints(vec![1]),
+        (Op::Claim { .. }, Value::Nil) => Answer::Ints(vec![0]),
         (_, Value::ServerError(_)) => Answer::Error,
         (Op::Unlock { .. }, Value::Array(fields)) => Answer::Holder(holder_of(fields)),
         (_, Value::Array(items)) => match items.as_slice() {
@@ -681,6 +717,9 @@ fn run(server: &RedisServer, seed: u64, seen: &mut Seen) -> Result<(), String> {
         mode.window_ms,
         mode.hands_over,
     );
+    if !mode.fenced {
+        twin = twin.without_tokens();
+    }
     let mut rng = Xorshift::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let (mut redis_tokens, mut twin_tokens) = (Tokens::default(), Tokens::default());
     let mut log = String::new();
@@ -775,6 +814,8 @@ fn the_lua_scripts_and_their_rust_twins_agree_step_by_step() {
             "SharedRelease 1",
             "Renew 1",
             "Unlock held",
+            "Claim 1",
+            "Claim 0",
         ] {
             assert!(seen.contains_key(outcome), "no `{outcome}` in {seen:?}");
         }

@@ -112,6 +112,10 @@ pub trait Fixture: Sized + Send + Sync + 'static {
     /// The servers the locks live on (Sentinel: the primary; Cluster: the masters), whose
     /// events wake [`until`]; none for the in-process backend.
     fn servers(&self) -> Vec<&RedisServer>;
+    /// Whether exclusive locks carry fencing tokens (`false`: efficiency locks, token 0).
+    fn fenced(&self) -> bool {
+        true
+    }
     /// The smallest fencing token the deployment hands out: Redis's tokens start from its
     /// microsecond clock (past 10^15), so that a counter lost with its server never issues a
     /// token below one issued before; etcd's are its revision, which is never lost.
@@ -241,6 +245,9 @@ pub struct OneServer<K> {
 /// Which server a [`OneServer`] runs.
 pub trait ServerKind: 'static {
     const NAME: &'static str;
+    /// Exclusive locks carry fencing tokens (`false`: efficiency locks,
+    /// `BackendBuilder::fencing_tokens(false)`).
+    const FENCED: bool = true;
     fn config() -> ServerConfig;
 }
 
@@ -263,8 +270,21 @@ impl ServerKind for ValkeyKind {
     }
 }
 
+/// One Redis server whose backend takes efficiency locks: no fencing tokens.
+pub struct UnfencedKind;
+
+impl ServerKind for UnfencedKind {
+    const NAME: &'static str = "redis (efficiency locks)";
+    const FENCED: bool = false;
+    fn config() -> ServerConfig {
+        ServerConfig::new()
+    }
+}
+
 /// One Redis server.
 pub type SingleRedis = OneServer<RedisKind>;
+/// One Redis server, its locks efficiency locks.
+pub type UnfencedRedis = OneServer<UnfencedKind>;
 /// One Valkey server.
 pub type Valkey = OneServer<ValkeyKind>;
 
@@ -285,7 +305,10 @@ impl<K> OneServer<K> {
 impl<K: ServerKind> Fixture for OneServer<K> {
     fn start(configure: impl FnOnce(BackendBuilder) -> BackendBuilder) -> Self {
         let server = RedisServer::start_with(K::config());
-        let builder = configure(Backend::builder(server.url()).prefix(PREFIX));
+        let builder = Backend::builder(server.url())
+            .prefix(PREFIX)
+            .fencing_tokens(K::FENCED);
+        let builder = configure(builder);
         OneServer {
             backend: builder.clone().build().expect("valid settings"),
             builder,
@@ -319,6 +342,10 @@ impl<K: ServerKind> Fixture for OneServer<K> {
 
     fn kind(&self) -> &'static str {
         K::NAME
+    }
+
+    fn fenced(&self) -> bool {
+        K::FENCED
     }
 
     fn servers(&self) -> Vec<&RedisServer> {

@@ -3,7 +3,7 @@
 //! one of N exclusive slots (`engines/redis/redlock/permits.rs`): its token orders grants within a
 //! slot only, and the semaphore's own key shows nothing to inspect.
 
-use super::{unique_key, within};
+use super::{assert_later_token, unique_key, within};
 use crate::common::{until, until_waited_on, Fixture};
 use distlock::{Lease, Lock, LockError, LockKind, Released};
 use std::time::{Duration, Instant};
@@ -84,7 +84,7 @@ pub(crate) async fn a_waiting_writer_holds_new_readers_back<F: Fixture>() {
     reader.release().await.unwrap();
     let (writer_token, writer_at, writer_guard) =
         within(Duration::from_secs(5), writer).await.unwrap();
-    assert!(writer_token > reader_token);
+    assert_later_token(&fx, writer_token, reader_token);
     writer_guard.release().await.unwrap();
     let (late_token, late_at, late_guard) =
         within(Duration::from_secs(5), late_waiter).await.unwrap();
@@ -109,7 +109,7 @@ pub(crate) async fn reader_tokens_sit_between_writers<F: Fixture>() {
     let reader_token = reader.fencing_token();
     reader.release().await.unwrap();
     let after = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
-    assert!(after.fencing_token() > reader_token);
+    assert_later_token(&fx, after.fencing_token(), reader_token);
     after.release().await.unwrap();
 
     // A writer whose lease ran out (stalled, never released): a reader after it gets a larger

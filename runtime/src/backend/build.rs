@@ -64,6 +64,7 @@ impl BackendBuilder {
             hooks: &hooks,
             schema: self.schema.as_deref().unwrap_or(DEFAULT_SCHEMA),
             create_schema: self.create_schema,
+            fenced: self.fencing_tokens,
         })?;
         Ok(Backend::assemble(
             engine,
@@ -158,6 +159,14 @@ impl BackendBuilder {
                 return Err(LockError::invalid_config(
                     setting,
                     format!("is set for {why}"),
+                ));
+            }
+        }
+        if !self.fencing_tokens {
+            if let Some(why) = refused(Optional::Unfenced) {
+                return Err(LockError::invalid_config(
+                    "fencing_tokens",
+                    format!("is false for {why}"),
                 ));
             }
         }

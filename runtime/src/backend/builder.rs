@@ -79,6 +79,8 @@ pub struct BackendBuilder {
     pub(super) schema: Option<String>,
     /// Whether a database engine creates its schema when it is missing.
     pub(super) create_schema: bool,
+    /// Exclusive locks carry fencing tokens; `false`: efficiency locks.
+    pub(super) fencing_tokens: bool,
     pub(super) tls: TlsFiles,
     /// A TLS file that could not be read: reported by `build`, which names every problem.
     pub(super) tls_error: Option<(&'static str, String)>,
@@ -108,6 +110,7 @@ impl std::fmt::Debug for BackendBuilder {
             .field("holder_label", &self.holder_label)
             .field("schema", &self.schema)
             .field("create_schema", &self.create_schema)
+            .field("fencing_tokens", &self.fencing_tokens)
             .field("tls", &self.tls)
             .finish()
     }
@@ -138,6 +141,7 @@ impl BackendBuilder {
             holder_label: None,
             schema: None,
             create_schema: false,
+            fencing_tokens: true,
             tls: TlsFiles::default(),
             tls_error: None,
         }
@@ -303,6 +307,40 @@ impl BackendBuilder {
     /// error.
     pub fn create_schema(mut self, create: bool) -> Self {
         self.create_schema = create;
+        self
+    }
+
+    /// Whether exclusive locks carry fencing tokens. Default `true`: correctness locks, each
+    /// grant a token larger than every earlier one for its key
+    /// ([`LockGuard::fencing_token`](crate::LockGuard::fencing_token)), for a resource that
+    /// rejects a stale writer.
+    ///
+    /// `false` makes **efficiency locks**: locks that only save duplicate work (a job run once,
+    /// a cache filled once), where a rare second holder after a pause costs work, not data.
+    /// Their guards report token 0, which a fenced resource refuses. Waiting, the queue, FIFO,
+    /// the watchdog and cancellation are unchanged. On Redis an uncontended acquire is one
+    /// `SET NX PX` and a release deletes the key, as cheap on the server as a lock can be: see
+    /// the [guide](crate::guide::kinds) for what a token costs and when to go without.
+    /// Readers and permits keep their tokens.
+    ///
+    /// One Redis, Sentinel, Cluster and the in-process backend take it; Redlock, etcd,
+    /// ZooKeeper, PostgreSQL and MySQL refuse it at [`build`](Self::build) (their tokens cost
+    /// nothing extra, or Redlock's masters need one to agree on).
+    ///
+    /// ```
+    /// let jobs = distlock::Backend::builder("memory://")
+    ///     .fencing_tokens(false)
+    ///     .build()
+    ///     .expect("the in-process backend takes it");
+    /// # let _ = jobs;
+    /// let err = distlock::Backend::builder("redis://a:6379,redis://b:6379,redis://c:6379")
+    ///     .fencing_tokens(false)
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("fencing_tokens"), "{err}");
+    /// ```
+    pub fn fencing_tokens(mut self, on: bool) -> Self {
+        self.fencing_tokens = on;
         self
     }
 

@@ -37,6 +37,9 @@ pub(crate) struct EngineSettings<'a> {
     /// Whether a database engine creates its schema when it is missing.
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) create_schema: bool,
+    /// Exclusive locks carry fencing tokens; `false` (efficiency locks) only where the
+    /// deployment takes it.
+    pub(crate) fenced: bool,
 }
 
 /// Replica acknowledgement: a grant or renewal counts once `count` replicas confirmed it

@@ -40,6 +40,26 @@ pub(crate) enum Optional {
     MasterTimeout,
     /// A database's schema (`schema`, `create_schema`).
     Schema,
+    /// Exclusive locks without fencing tokens (`fencing_tokens(false)`): efficiency locks.
+    Unfenced,
+}
+
+/// Why efficiency locks do not apply to `spec`, whose tokens are `how`: a lock costs the same
+/// with or without one.
+#[cfg_attr(
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn tokens_are_free(spec: &dyn EngineSpec, how: &str) -> String {
+    format!(
+        "`{}`, whose fencing tokens are {how} and cost no server work of their own;          fencing_tokens(false) saves the token's work on one Redis, Sentinel or Cluster. Drop it",
+        spec.describe()
+    )
 }
 
 /// Why `master_timeout` does not apply to `spec`, which is not Redlock.

@@ -74,7 +74,10 @@ impl LockGuard {
         &self.backend
     }
 
-    /// The fencing token of the first key (in canonical order).
+    /// The fencing token of the first key (in canonical order): larger than every token
+    /// granted for the key before. 0 for an efficiency lock (a backend built with
+    /// [`fencing_tokens(false)`](crate::BackendBuilder::fencing_tokens)), which has none; a
+    /// fenced resource refuses it.
     pub fn fencing_token(&self) -> u64 {
         self.leases().next().map_or(0, |lease| lease.fence)
     }

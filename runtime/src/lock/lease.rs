@@ -78,6 +78,8 @@ pub(crate) struct HeldLease {
     /// A transfer of this lock to the owner token a local successor pledged may have run (its
     /// releaser never learnt): the release frees whichever of the two holds the key.
     transferred_to: OnceLock<Owner>,
+    /// Made by [`unconfirmed`](Self::unconfirmed): no grant was ever answered.
+    unconfirmed: bool,
     /// When this process's run of holders of the key in a row, which this lease belongs to,
     /// began: when the lock was requested (acquired) or came by a handover from another
     /// process, and the releaser's for a lock a local transfer granted. The release transfers
@@ -117,6 +119,7 @@ impl HeldLease {
             turn: Mutex::new(None),
             run_started: requested_at,
             transferred_to: OnceLock::new(),
+            unconfirmed: false,
         }
     }
 
@@ -141,7 +144,8 @@ impl HeldLease {
             kind,
         };
         let now = Instant::now();
-        let lease = HeldLease::new(stats, labels, key, owner, 0, &terms, now);
+        let mut lease = HeldLease::new(stats, labels, key, owner, 0, &terms, now);
+        lease.unconfirmed = true;
         // The request has been sent, so it runs no later than the release sent after it: the
         // lock it may take expires before `now + requested_ttl`.
         lease
@@ -181,9 +185,10 @@ impl HeldLease {
         }
     }
 
-    /// `true` for a lease made by [`unconfirmed`](Self::unconfirmed): no token was ever issued.
+    /// `true` for a lease made by [`unconfirmed`](Self::unconfirmed): no grant was ever
+    /// answered (an efficiency lock's token is 0 too, so the token cannot tell).
     pub(crate) fn is_unconfirmed(&self) -> bool {
-        self.fence == 0
+        self.unconfirmed
     }
 
     pub(crate) fn keep_turn(&self, turn: Turn) {

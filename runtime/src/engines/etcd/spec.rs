@@ -6,7 +6,7 @@ use super::url::EtcdSpec;
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::queue::QueueEngine;
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{not_a_database, only_redlock, EngineSpec, Optional};
+use crate::engines::spec::{not_a_database, only_redlock, tokens_are_free, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ impl EngineSpec for EtcdSpec {
                 .into(),
             Optional::MasterTimeout => only_redlock(self),
             Optional::Schema => not_a_database(self),
+            Optional::Unfenced => tokens_are_free(self, "the revisions of its writes"),
         })
     }
 

@@ -45,7 +45,8 @@ pub(crate) struct InProcessEngine {
 }
 
 impl InProcessEngine {
-    pub(crate) fn new(prefix: &str, marker_ttl: Duration, label: &str) -> Self {
+    /// `fenced`: exclusive locks carry fencing tokens (`false`: efficiency locks, token 0).
+    pub(crate) fn new(prefix: &str, marker_ttl: Duration, label: &str, fenced: bool) -> Self {
         InProcessEngine {
             keys: Mutex::new(Keyspace::default()),
             settings: Settings {
@@ -54,6 +55,7 @@ impl InProcessEngine {
                 marker_ttl_ms: millis::arg(marker_ttl),
                 window_ms: 0,
                 hands_over: true,
+                fenced,
                 #[cfg(distlock_test_hooks)]
                 mutation: None,
             },
@@ -307,7 +309,7 @@ mod tests {
     /// bounded by the keys used recently.
     #[test]
     fn markers_are_forgotten_after_their_ttl() {
-        let store = InProcessEngine::new("t", Duration::from_millis(1), "");
+        let store = InProcessEngine::new("t", Duration::from_millis(1), "", true);
         for i in 0..1_000 {
             let owner = Owner::random();
             let key = format!("k{i}");

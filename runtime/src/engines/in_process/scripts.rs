@@ -25,6 +25,9 @@ pub(crate) struct Settings {
     pub(crate) grant_ms: u64,
     /// How long a release's token marker lives, in ms.
     pub(crate) marker_ttl_ms: u64,
+    /// Exclusive locks carry fencing tokens; `false`: efficiency locks, granted with token 0
+    /// and deleted by their release (`acquire.lua`'s clock step 0, `release.lua`'s marker TTL 0).
+    pub(crate) fenced: bool,
     /// How long the waiters a release notifies have the lock first, in ms.
     pub(crate) window_ms: u64,
     /// A waited-on lock is handed over to the first queued waiter (`release.lua`'s `ARGV[5]`).
@@ -195,9 +198,34 @@ fn entry_fields(entry: &str) -> (u64, String) {
     (grant, label.to_owned())
 }
 
-/// The next fencing token after `last`: `max(last + 1, the clock in µs)`.
-fn next_fence(keys: &Keyspace, last: u64) -> u64 {
-    keys.time_us().max(last + 1)
+/// The next fencing token after `last`: `max(last + 1, the clock in µs)`; 0 without tokens.
+fn next_fence(keys: &Keyspace, settings: &Settings, last: u64) -> u64 {
+    match settings.fenced {
+        true => keys.time_us().max(last + 1),
+        false => 0,
+    }
+}
+
+#[cfg(distlock_test_hooks)]
+/// `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>`: an efficiency lock's first try, which takes
+/// the lock only where its key does not exist. `true` when it did.
+pub(crate) fn claim(
+    keys: &mut Keyspace,
+    settings: &Settings,
+    lock: &str,
+    owner: &str,
+    ttl_ms: u64,
+) -> bool {
+    if keys.get(lock).is_some() {
+        return false;
+    }
+    let value = LockValue::held(State::Held, 0, owner, settings.label.as_bytes());
+    keys.set(
+        lock,
+        String::from_utf8(value).expect("the label is text"),
+        Ttl::Px(ttl_ms),
+    );
+    true
 }
 
 fn ms_left(until_us: u64, now_us: u64) -> i64 {
@@ -238,7 +266,7 @@ fn acquire_one(keys: &mut Keyspace, settings: &Settings, call: &AcquireCall) -> 
             ControlFlow::Continue(held_as) => held_as,
         };
     }
-    let token = next_fence(keys, last);
+    let token = next_fence(keys, settings, last);
     let value = LockValue::held(held_as, token, &call.owner, settings.label.as_bytes());
     let value = String::from_utf8(value).expect("the label is text");
     keys.set(lock, value, Ttl::Px(call.ttl_ms));
@@ -495,11 +523,15 @@ fn release_held(
     let label = held.label.unwrap_or("");
     if let Some((token, ttl, _, ahead)) = successor {
         if held.state == State::Held || (held.state == State::HeldQueued && *ahead) {
-            let fence = next_fence(keys, held.token);
+            let fence = next_fence(keys, settings, held.token);
             let value = LockValue::held(held.state, fence, token, label.as_bytes());
             keys.set(lock, String::from_utf8(value).expect("text"), Ttl::Px(*ttl));
             return Release::Transferred { token: fence };
         }
+    }
+    if held.state == State::Held && !settings.fenced {
+        keys.del(lock);
+        return Release::Released;
     }
     if held.state == State::Held {
         keys.set(
@@ -515,16 +547,21 @@ fn release_held(
     };
     let Some((heir, entry)) = heir else {
         let until_us = (keys.time_us() / 1000 + settings.window_ms) * 1000;
+        // Without tokens, nothing outlives the reservation.
+        let marker_ms = match settings.fenced {
+            true => settings.marker_ttl_ms,
+            false => settings.window_ms.max(1),
+        };
         keys.set(
             lock,
             format!("P{} {until_us}", held.token),
-            Ttl::Px(settings.marker_ttl_ms),
+            Ttl::Px(marker_ms),
         );
         published.push((channel_of(lock), lock.to_owned()));
         return Release::Released;
     };
     pop_head(keys, lock, &heir);
-    let fence = next_fence(keys, held.token);
+    let fence = next_fence(keys, settings, held.token);
     let mut code = Release::HandedOver;
     if let Some((token, _, Some(grant), _)) = successor {
         let entry = entry_for(*grant, token, label);

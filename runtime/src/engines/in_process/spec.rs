@@ -50,6 +50,7 @@ impl EngineSpec for InProcessSpec {
             }
             Optional::MasterTimeout => only_redlock(self),
             Optional::Schema => not_a_database(self),
+            Optional::Unfenced => return None,
         })
     }
 
@@ -58,6 +59,7 @@ impl EngineSpec for InProcessSpec {
             settings.prefix,
             settings.marker_ttl,
             settings.holder_label,
+            settings.fenced,
         ));
         #[cfg(distlock_test_hooks)]
         settings.hooks.show(

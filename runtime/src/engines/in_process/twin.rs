@@ -47,10 +47,24 @@ impl Twin {
                 marker_ttl_ms,
                 window_ms,
                 hands_over,
+                fenced: true,
                 mutation: None,
             },
             published: Published::new(),
         }
+    }
+
+    /// The same twin for efficiency locks: grants carry token 0 and releases delete the key
+    /// (`acquire.lua`'s clock step 0, `release.lua`'s marker TTL 0).
+    pub fn without_tokens(mut self) -> Twin {
+        self.settings.fenced = false;
+        self
+    }
+
+    /// An efficiency lock's first try, `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>`: `true`
+    /// when it took the lock.
+    pub fn claim(&mut self, lock: &str, owner: &str, ttl_ms: u64) -> bool {
+        scripts::claim(&mut self.keys, &self.settings, lock, owner, ttl_ms)
     }
 
     /// The server clock from now on, in µs since the epoch (the real clock when not set); TTLs

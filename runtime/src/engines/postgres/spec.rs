@@ -8,7 +8,7 @@ use super::url::PgSpec;
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::queue::QueueEngine;
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{only_redlock, EngineSpec, Optional};
+use crate::engines::spec::{only_redlock, tokens_are_free, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
 
@@ -35,6 +35,7 @@ impl EngineSpec for PgSpec {
                     .into(),
             ),
             Optional::MasterTimeout => Some(only_redlock(self)),
+            Optional::Unfenced => Some(tokens_are_free(self, "its queue entries' places in line")),
         }
     }
 

@@ -50,6 +50,8 @@ pub(crate) struct ClusterConfig<'a> {
     pub(crate) hooks: SharedHooks,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
+    /// Exclusive locks carry fencing tokens (`false`: efficiency locks).
+    pub(crate) fenced: bool,
     /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
     /// unless it asks (or confirms) ([`handover_grant`](crate::lock::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
@@ -105,6 +107,7 @@ impl ClusterEngine {
         let node = Arc::new(
             Node::cluster(client, config.timeouts, config.prefix)
                 .with_label(config.holder_label)
+                .with_fencing(config.fenced)
                 .with_queue(config.handover_grant, true),
         );
         Ok(ClusterEngine {

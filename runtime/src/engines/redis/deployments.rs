@@ -131,6 +131,7 @@ fn open_single(
         hooks: settings.hooks.clone(),
         replica_ack,
         holder_label: settings.holder_label,
+        fenced: settings.fenced,
         handover_grant: handover_grant(settings.max_backoff),
     })?);
     #[cfg(distlock_test_hooks)]
@@ -163,7 +164,7 @@ impl EngineSpec for ServerSpec {
     /// TLS files need a `rediss://` URL, which the client checks when it opens.
     fn refuses(&self, setting: Optional) -> Option<String> {
         match setting {
-            Optional::Tls | Optional::MinReplicas => None,
+            Optional::Tls | Optional::MinReplicas | Optional::Unfenced => None,
             Optional::MasterTimeout => Some(only_redlock(self)),
             Optional::Schema => Some(not_a_database(self)),
         }
@@ -192,7 +193,7 @@ impl EngineSpec for SentinelSpec {
                  settings"
                     .into(),
             ),
-            Optional::MinReplicas => None,
+            Optional::MinReplicas | Optional::Unfenced => None,
             Optional::MasterTimeout => Some(only_redlock(self)),
             Optional::Schema => Some(not_a_database(self)),
         }
@@ -215,6 +216,7 @@ impl EngineSpec for ClusterSpec {
     fn refuses(&self, setting: Optional) -> Option<String> {
         Some(match setting {
             Optional::Tls if self.secure => return None,
+            Optional::Unfenced => return None,
             Optional::Tls => "a redis-cluster:// URL, which is not encrypted; use \
                               rediss-cluster:// to connect to every node with TLS, or drop the \
                               TLS settings"
@@ -239,6 +241,7 @@ impl EngineSpec for ClusterSpec {
             timeouts: settings.timeouts,
             hooks: settings.hooks.clone(),
             holder_label: settings.holder_label,
+            fenced: settings.fenced,
             handover_grant: handover_grant(settings.max_backoff),
         })?);
         #[cfg(distlock_test_hooks)]
@@ -272,6 +275,11 @@ impl EngineSpec for RedlockSpec {
         match setting {
             Optional::Tls | Optional::MasterTimeout => None,
             Optional::Schema => Some(not_a_database(self)),
+            Optional::Unfenced => Some(
+                "Redlock, whose masters vote on one token per grant and write it back where \
+                 they disagree; efficiency locks are for one Redis, Sentinel or Cluster. Drop it"
+                    .into(),
+            ),
             Optional::MinReplicas => Some(
                 "Redlock; its masters are independent servers, each a vote, and replica \
                  acknowledgement applies to one primary with replicas (redis:// or \

@@ -64,6 +64,11 @@ impl FencedStore {
     /// Writes `value` to `key` if `token` is at least the highest token accepted for `key`.
     ///
     /// # Errors
+    /// [`LockError::InvalidConfig`] (setting `fencing_token`) for token 0, which no fenced lock
+    /// is granted with: it is an efficiency lock's
+    /// ([`BackendBuilder::fencing_tokens`](crate::BackendBuilder::fencing_tokens)`(false)`),
+    /// which cannot fence a write. Nothing is sent.
+    ///
     /// [`LockError::Backend`] (its backend named `"fenced"`) when the server did not answer,
     /// refused the script, or answered something other than the script's reply. When the error
     /// [is ambiguous](BackendError::is_ambiguous), the write may have been applied: writing the
@@ -79,6 +84,14 @@ impl FencedStore {
         token: u64,
         value: &[u8],
     ) -> Result<FencedWrite, LockError> {
+        if token == 0 {
+            return Err(LockError::invalid_config(
+                "fencing_token",
+                "is 0, the token of an efficiency lock (a backend built with \
+                 fencing_tokens(false)), which cannot fence a write: take the lock on a backend \
+                 with fencing tokens",
+            ));
+        }
         let token = token.to_string();
         let (keys, args) = ([key], [token.as_bytes(), value]);
         // Boxed as a trait object: a caller awaits this inside a locked call, whose future is
@@ -103,5 +116,22 @@ impl FencedStore {
                 format!("unexpected reply {other:?}"),
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_efficiency_locks_token_is_refused_before_anything_is_sent() {
+        // Nothing listens on port 1: the refusal comes before any connection is tried.
+        let store = FencedStore::open("redis://127.0.0.1:1").unwrap();
+        let err = store.write("ledger:7", 0, b"x").await.unwrap_err();
+        assert!(
+            matches!(&err, LockError::InvalidConfig { setting, .. } if setting == "fencing_token"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("efficiency lock"), "{err}");
     }
 }

@@ -50,6 +50,8 @@ pub(crate) struct RedisConfig<'a> {
     pub(crate) replica_ack: Option<ReplicaAck>,
     /// Written with every lock, for operators.
     pub(crate) holder_label: &'a str,
+    /// Exclusive locks carry fencing tokens (`false`: efficiency locks).
+    pub(crate) fenced: bool,
     /// The grant time: how long a queued waiter's place, and a lock handed over to it, last
     /// unless it asks (or confirms) ([`handover_grant`](crate::lock::policy::handover_grant)).
     pub(crate) handover_grant: Duration,
@@ -88,6 +90,7 @@ impl RedisEngine {
         let node = Arc::new(
             node.with_replica_ack(config.replica_ack)
                 .with_label(config.holder_label)
+                .with_fencing(config.fenced)
                 .with_queue(config.handover_grant, true)
                 .with_handover_channel(Arc::new(HandoverChannel::new(config.prefix))),
         );

@@ -7,7 +7,7 @@ use super::url::ZkSpec;
 use crate::engines::engine::{Deployment, Engine};
 use crate::engines::queue::QueueEngine;
 use crate::engines::settings::EngineSettings;
-use crate::engines::spec::{not_a_database, only_redlock, EngineSpec, Optional};
+use crate::engines::spec::{not_a_database, only_redlock, tokens_are_free, EngineSpec, Optional};
 use crate::error::LockError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,7 @@ impl EngineSpec for ZkSpec {
                 .into(),
             Optional::MasterTimeout => only_redlock(self),
             Optional::Schema => not_a_database(self),
+            Optional::Unfenced => tokens_are_free(self, "the sequence numbers of its entries"),
         })
     }
 

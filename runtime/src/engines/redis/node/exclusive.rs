@@ -200,7 +200,8 @@ impl Node {
     }
 
     /// [`acquire_many`](Self::acquire_many), the waiters queued for `grant_time` (`None`: not
-    /// queued).
+    /// queued): by `acquire.lua`, or for efficiency locks by a first try of `SET NX PX` where it
+    /// may take the lock ([`claim`](super::claim)).
     ///
     /// # Cancel safety
     /// Not cancel safe.
@@ -211,6 +212,28 @@ impl Node {
         clock_step_us: u32,
         grant_time: Option<Duration>,
     ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        match self.fenced {
+            true => {
+                self.acquire_by_script(items, clock_step_us, grant_time)
+                    .await
+            }
+            false => self.acquire_unfenced(items, grant_time).await,
+        }
+    }
+
+    /// `acquire.lua` for `items`, the waiters queued for `grant_time`; tokens 0 (efficiency
+    /// locks) where the node's locks carry none.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe.
+    /// As [`acquire_many`](Self::acquire_many).
+    pub(super) async fn acquire_by_script(
+        &self,
+        items: &[LockCall],
+        clock_step_us: u32,
+        grant_time: Option<Duration>,
+    ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        let clock_step_us = if self.fenced { clock_step_us } else { 0 };
         let keys: Vec<&str> = items.iter().map(|item| item.lock.as_str()).collect();
         let step = Digits::of(u64::from(clock_step_us));
         let ttls: Vec<Digits> = items.iter().map(|item| Digits::ms(item.ttl)).collect();
@@ -271,7 +294,7 @@ impl Node {
     /// Not cancel safe: the grants may stay held.
     /// Dropped before the release answered, the grants may still be held: the caller's acquire
     /// is still in flight then (`acquire.rs`), and its cleanup releases them with the same owner.
-    async fn take_back_unreplicated(
+    pub(super) async fn take_back_unreplicated(
         &self,
         items: &[LockCall],
         answers: Vec<EngineResult<Acquired>>,
@@ -477,7 +500,9 @@ impl Node {
         for (index, item) in items.iter().enumerate() {
             match item.granted {
                 GrantedAs::Quietly { fence }
-                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
+                    if self.fenced
+                        && item.successor.is_none()
+                        && !self.contended.contains(&item.lock) =>
                 {
                     quiet.push((index, fence));
                 }
@@ -517,14 +542,14 @@ impl Node {
                 marker_ttl,
             ));
         }
-        let (marker_ms, window) = (ms_arg(marker_ttl), ms_arg(reservation_window));
+        let (marker_ms, window) = (self.marker_arg(marker_ttl), Digits::ms(reservation_window));
         if !scripted.is_empty() {
             let keys: Vec<&str> = scripted.iter().map(|i| items[*i].lock.as_str()).collect();
             let owners: Vec<_> = scripted
                 .iter()
                 .map(|i| items[*i].script_arg(self.grant_time))
                 .collect();
-            let args = self.release_args(&owners, &marker_ms, &window);
+            let args = self.release_args(&owners, marker_ms.as_bytes(), window.as_bytes());
             pipe.add_command(RELEASE.evalsha(&keys, &args));
         }
         let mut conn = bound.conn.clone();
@@ -622,6 +647,15 @@ impl Node {
             .and_then(HandoverChannel::usable)
     }
 
+    /// `release.lua`'s marker TTL: `marker_ttl`, or 0 where locks carry no token (a release
+    /// then deletes the key).
+    fn marker_arg(&self, marker_ttl: Duration) -> Digits {
+        match self.fenced {
+            true => Digits::ms(marker_ttl),
+            false => Digits::of(0),
+        }
+    }
+
     /// `release.lua`'s arguments for locks whose per-lock arguments are `owners`
     /// ([`ReleaseCall::script_arg`]).
     fn release_args<'a>(
@@ -660,7 +694,7 @@ impl Node {
             .iter()
             .map(|item| item.script_arg(self.grant_time))
             .collect();
-        let (marker_ms, window) = (Digits::ms(marker_ttl), Digits::ms(reservation_window));
+        let (marker_ms, window) = (self.marker_arg(marker_ttl), Digits::ms(reservation_window));
         let args = self.release_args(&owners, marker_ms.as_bytes(), window.as_bytes());
         let codes: Vec<Value> = self.invoke(&RELEASE, &keys, &args).await?;
         release_replies(codes, items.iter(), self.grant_time)

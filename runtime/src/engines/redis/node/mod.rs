@@ -12,6 +12,7 @@
 //!
 //! This module holds the connection and the script call; the typed calls live beside it, one
 //! file per job: [`exclusive`] (acquire, release, transfer, the fencing token's write-back),
+//! [`claim`] (an efficiency lock's first try, `SET NX PX`),
 //! [`shared`] (readers and permits), [`renewal`] (the watchdog's batches) and [`operator`]
 //! (inspect, forced unlock, `SCAN`, the doctor's checks).
 
@@ -37,6 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod claim;
 mod exclusive;
 mod operator;
 mod renewal;
@@ -77,8 +79,12 @@ pub(crate) struct Node {
     label: Vec<u8>,
     /// Where handovers to this process's waiters are announced (`None`: on the key's channel).
     handover_channel: Option<Arc<HandoverChannel>>,
-    /// Keys whose conditional release found them waited on lately: released by script.
+    /// Keys whose conditional release, or an efficiency lock's first try, found them waited
+    /// on (or held) lately: released, and asked for, by script.
     contended: ContendedKeys,
+    /// Exclusive locks carry fencing tokens; `false`: efficiency locks, token 0 (first tries
+    /// by `SET NX PX`, releases delete the key: `node/exclusive.rs`).
+    fenced: bool,
     connection: Mutex<Option<Bound>>,
     /// One connection attempt at a time.
     opening: tokio::sync::Mutex<()>,
@@ -195,6 +201,7 @@ impl Node {
             label: Vec::new(),
             handover_channel: None,
             contended: ContendedKeys::default(),
+            fenced: true,
             connection: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
             slow_failures: std::sync::atomic::AtomicU64::new(0),
@@ -218,6 +225,12 @@ impl Node {
     /// Every lock this node takes carries `label` (see `acquire.lua`).
     pub(crate) fn with_label(mut self, label: &str) -> Node {
         self.label = label.as_bytes().to_vec();
+        self
+    }
+
+    /// Exclusive locks carry fencing tokens unless `fenced` is `false` (efficiency locks).
+    pub(crate) fn with_fencing(mut self, fenced: bool) -> Node {
+        self.fenced = fenced;
         self
     }
 

@@ -73,7 +73,8 @@ impl Acquire {
 
     pub(crate) fn decode(code: i64, value: i64) -> Result<Acquire, UnknownReply> {
         Ok(match (code, value) {
-            (1, token) if token > 0 => Acquire::Granted {
+            // Token 0: an efficiency lock's grant (clock step 0).
+            (1, token) if token >= 0 => Acquire::Granted {
                 token: token as u64,
             },
             (0, pttl) => Acquire::Busy {
@@ -164,7 +165,7 @@ impl Release {
             (6, None) => Release::HandedOverSuccessorQueued,
             (0, None) => Release::Expired,
             (-1, None) => Release::TakenOver,
-            (5, Some(token)) if token > 0 => Release::Transferred {
+            (5, Some(token)) if token >= 0 => Release::Transferred {
                 token: token as u64,
             },
             _ => return Err(UnknownReply::new(Self::SCRIPT, (code, token))),
@@ -433,9 +434,10 @@ mod tests {
         );
         assert!(message.contains("upgrade them together"), "{message}");
         assert!(
-            Acquire::decode(1, 0).is_err(),
-            "a zero token is not a grant"
+            Acquire::decode(1, -1).is_err(),
+            "a negative token is not a grant"
         );
+        assert_eq!(Acquire::decode(1, 0), Ok(Acquire::Granted { token: 0 }));
         assert!(Acquire::decode(2, 5).is_err());
         assert!(Release::decode(5, None).is_err());
         assert!(Release::decode(1, Some(3)).is_err());

@@ -31,7 +31,8 @@
 --
 -- ARGV[1]    the clock's step in µs for tokens: 1, or 1000 for Redlock, so that masters whose
 --            clocks agree to the millisecond vote the same token and the client can skip the
---            write-back round trip
+--            write-back round trip; or 0 for locks without tokens (efficiency locks, which every
+--            grant writes with token 0 and release.lua deletes)
 -- ARGV[2]    the holder label written with every lock ("" for none; no line breaks)
 -- ARGV[3]    the grant time, in milliseconds: how long a lock handed over to a waiter is held
 --            before its new owner confirms it, which is also how long a waiter's place in the
@@ -227,8 +228,8 @@ for i, key in ipairs(KEYS) do
   if not code then
     -- max(last + 1, the clock): the clock's own digits whenever it is ahead, which is almost
     -- always (formatting a double costs more than the rest of a fresh key's acquire).
-    local fence = clock_digits()
-    if tonumber(fence) <= last then
+    local fence = step == 0 and '0' or clock_digits()
+    if step ~= 0 and tonumber(fence) <= last then
       fence = string.format('%.0f', last + 1)
     end
     redis.call('SET', key, held_as .. fence .. ' ' .. owner .. label, 'PX', ttl)

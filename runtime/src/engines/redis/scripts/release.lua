@@ -3,7 +3,10 @@
 -- batch of one).
 --
 -- KEYS[i]    lock key i (its layout: acquire.lua); its notification channel is KEYS[i]:released
--- ARGV[1]    how long the token marker left in a released key lives, in milliseconds
+-- ARGV[1]    how long the token marker left in a released key lives, in milliseconds; or 0 for
+--            locks without tokens (efficiency locks: acquire.lua's clock step 0): a release
+--            then deletes the key, a handover or transfer grants token 0, and a reservation
+--            for notified waiters lives only for its window
 -- ARGV[2]    how long the waiters a release notifies have the lock first, in milliseconds
 -- ARGV[3]    the command that announces a release: PUBLISH, or SPUBLISH (sharded pub/sub, on
 --            the node owning the key's slot, in a Redis Cluster)
@@ -75,7 +78,11 @@ local function channel_and_label(waiter, from)
 end
 -- The next fencing token after `last`: max(last + 1, the clock in µs), as acquire.lua issues
 -- them — TIME's own digits whenever the clock is ahead (cheaper than formatting a double).
+local unfenced = ARGV[1] == '0'
 local function next_fence(last)
+  if unfenced then
+    return '0'
+  end
   local time = redis.call('TIME')
   local fence = time[1] .. string.rep('0', 6 - #time[2]) .. time[2]
   if tonumber(fence) <= last then
@@ -137,6 +144,9 @@ for i, key in ipairs(KEYS) do
       redis.call('SET', key, state .. fence .. ' ' .. successor
         .. (label_at and string.sub(value, label_at) or ''), 'PX', successor_ttl)
       code = {5, tonumber(fence)}
+    elseif state == 'L' and unfenced then
+      redis.call('DEL', key)
+      code = 1
     elseif state == 'L' then
       -- The key stays as the token marker, so the next token is larger even if the clock steps
       -- back.
@@ -182,8 +192,10 @@ for i, key in ipairs(KEYS) do
         local time = redis.call('TIME')
         local until_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
           + tonumber(ARGV[2])
+        -- Without tokens, nothing outlives the reservation.
+        local marker_ms = unfenced and math.max(tonumber(ARGV[2]), 1) or ARGV[1]
         redis.call('SET', key, 'P' .. string.sub(value, 2, space - 1) .. ' '
-          .. string.format('%.0f', until_ms * 1000), 'PX', ARGV[1])
+          .. string.format('%.0f', until_ms * 1000), 'PX', marker_ms)
         code = 1
         -- pcall: a refused PUBLISH must not turn a done release into an error reply.
         local published = redis.pcall(ARGV[3], key .. ':released', key)

@@ -1,0 +1,188 @@
+//! An efficiency lock's first try: one `SET NX PX`, the cheapest grant a Redis server makes.
+//!
+//! A node whose locks carry no fencing token ([`BackendBuilder::fencing_tokens`]`(false)`)
+//! writes the value `acquire.lua` would write with token 0, `L0 <owner>[ <label>]`, only where
+//! the key does not exist:
+//!
+//! ```text
+//! SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>
+//! ```
+//!
+//! `OK` is a grant, the same value in the same key as a scripted grant, so every other script
+//! (renewal, release, a waiter finding it busy) reads it as it reads any lock. A nil reply means
+//! the key exists — held, a reader's or a release's reservation for notified waiters, a fenced
+//! lock's token marker — and `acquire.lua` runs for the lock in a second round trip: it answers
+//! busy, queues the caller and marks the lock waited on, or grants it (token 0) where it is free.
+//! A key where a first try met a nil reply is [contended](super::super::conditional::ContendedKeys):
+//! for a while its first tries go to the script directly.
+//!
+//! Only first tries claim: a waiter asks by script, so that its place in the queue is kept. A
+//! claim does not read the queue: a newcomer may take a lock whose holder's lease expired while
+//! others were queued for it, ahead of them (they keep their places, and the release of the
+//! newcomer hands it to the first of them). A release always hands a waited-on lock over
+//! without freeing the key, so no claim can come between a release and its heir.
+//!
+//! [`BackendBuilder::fencing_tokens`]: crate::BackendBuilder::fencing_tokens
+
+use super::exclusive::LockCall;
+use super::{unexpected, Digits, Node};
+use crate::engines::engine::{Acquired, Asker, EngineResult};
+use crate::engines::redis::conditional;
+use crate::engines::redis::protocol::millis;
+use redis::{FromRedisValue, Value};
+use std::time::Duration;
+
+impl Node {
+    /// Efficiency locks' acquire (no tokens): a `SET NX PX` for each first try whose key is not
+    /// known to be contended, then `acquire.lua` for the rest and for the claims that found the
+    /// key taken. One answer per lock, in order.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a claim or script already sent may still take the lock.
+    /// As [`acquire_many`](Node::acquire_many): a dropped call may hold its locks; the callers
+    /// release them with the owner tokens they keep.
+    pub(super) async fn acquire_unfenced(
+        &self,
+        items: &[LockCall],
+        grant_time: Option<Duration>,
+    ) -> EngineResult<Vec<EngineResult<Acquired>>> {
+        let claimable: Vec<usize> = (0..items.len())
+            .filter(|i| claims(&items[*i]) && !self.contended.contains(&items[*i].lock))
+            .collect();
+        if claimable.is_empty() {
+            return self.acquire_by_script(items, 0, grant_time).await;
+        }
+        let mut answers: Vec<Option<EngineResult<Acquired>>> =
+            std::iter::repeat_with(|| None).take(items.len()).collect();
+        let (claimed, acknowledged) = self.claim(items, &claimable).await?;
+        let mut taken = Vec::new();
+        for (index, took) in claimable.into_iter().zip(claimed) {
+            match took {
+                true => taken.push(index),
+                false => self.contended.note(&items[index].lock),
+            }
+        }
+        self.answer_claims(items, &taken, acknowledged, &mut answers)
+            .await;
+        let rest: Vec<usize> = (0..items.len()).filter(|i| answers[*i].is_none()).collect();
+        if !rest.is_empty() {
+            let pending: Vec<LockCall> = rest.iter().map(|i| items[*i].clone()).collect();
+            let scripted = self
+                .acquire_by_script(&pending, 0, grant_time)
+                .await
+                .map_err(|mut failure| {
+                    // The claims took their locks: to their callers the failure must read as
+                    // "may have run", so that their cleanup releases them.
+                    failure.ambiguous |= !taken.is_empty();
+                    failure
+                })?;
+            for (index, answer) in rest.into_iter().zip(scripted) {
+                answers[index] = Some(answer);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.ok_or_else(|| unexpected("acquire", "no answer")))
+            .collect()
+    }
+
+    /// The answers of the claims that took their locks (`taken`, by index): granted with
+    /// token 0, or, where fewer replicas than wanted acknowledged them, released again
+    /// ([`Acquired::Unreplicated`]).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a take-back already sent may still run.
+    /// As [`take_back_unreplicated`](Node::take_back_unreplicated).
+    async fn answer_claims(
+        &self,
+        items: &[LockCall],
+        taken: &[usize],
+        acknowledged: Option<u32>,
+        answers: &mut [Option<EngineResult<Acquired>>],
+    ) {
+        let granted = || {
+            taken
+                .iter()
+                .map(|_| Ok(Acquired::Yes { fence: 0 }))
+                .collect()
+        };
+        let settled = match (self.replica_ack, acknowledged) {
+            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas && !taken.is_empty() => {
+                let calls: Vec<LockCall> = taken.iter().map(|i| items[*i].clone()).collect();
+                self.take_back_unreplicated(&calls, granted(), ack, acknowledged)
+                    .await
+            }
+            _ => granted(),
+        };
+        for (index, answer) in taken.iter().zip(settled) {
+            answers[*index] = Some(answer);
+        }
+    }
+
+    /// One pipeline: `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>` for each of `items` at
+    /// `indices`, then `WAIT` with replica acknowledgement. Whether each took its lock, and how
+    /// many replicas acknowledged.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe.
+    /// Dropped after sending, the claims may still take their locks, as with a lost reply.
+    async fn claim(
+        &self,
+        items: &[LockCall],
+        indices: &[usize],
+    ) -> EngineResult<(Vec<bool>, Option<u32>)> {
+        let bound = self.connection().await?;
+        let mut pipe = redis::pipe();
+        for index in indices {
+            let item = &items[*index];
+            pipe.cmd("SET")
+                .arg(&item.lock)
+                .arg(conditional::granted_value(0, &item.owner, &self.label))
+                .arg("NX")
+                .arg("PX")
+                .arg(Digits::ms(item.ttl).as_bytes());
+        }
+        if let Some(ack) = self.replica_ack {
+            pipe.cmd("WAIT")
+                .arg(ack.replicas)
+                .arg(millis::arg(ack.timeout));
+        }
+        let mut conn = bound.conn.clone();
+        let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(|err| {
+            // A reply late behind a WAIT says nothing about where the primary is.
+            if !(self.replica_ack.is_some() && err.is_timeout()) {
+                self.after_failure(&bound, &err);
+            }
+            let mut failure = self.failure(err);
+            // One refused command fails the pipeline: the claims before it may have run.
+            failure.ambiguous |= indices.len() > 1;
+            failure
+        })?;
+        let expected = indices.len() + usize::from(self.replica_ack.is_some());
+        if replies.len() != expected {
+            return Err(unexpected("claim", replies));
+        }
+        let claimed = replies[..indices.len()]
+            .iter()
+            .map(|reply| match reply {
+                Value::Okay => Ok(true),
+                Value::Nil => Ok(false),
+                other => Err(unexpected("claim", other)),
+            })
+            .collect::<EngineResult<Vec<bool>>>()?;
+        let acknowledged = match self.replica_ack {
+            Some(_) => Some(
+                u32::from_redis_value(replies[indices.len()].clone())
+                    .map_err(|err| unexpected("WAIT", err))?,
+            ),
+            None => None,
+        };
+        Ok((claimed, acknowledged))
+    }
+}
+
+/// Whether `item` is a first try that a `SET NX` may grant: not a waiter (which asks by script,
+/// keeping its place in the queue), nor a Redlock ticket holder.
+fn claims(item: &LockCall) -> bool {
+    item.asker != Asker::Waiting && item.ticket.is_none()
+}
