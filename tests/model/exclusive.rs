@@ -50,6 +50,9 @@ pub struct Exclusive {
     pub faults: Faults,
     pub server_mutation: Option<Mutation>,
     pub client_mutation: Option<ClientMutation>,
+    /// Locks carry fencing tokens; `false`: efficiency locks (`fencing_tokens(false)`), whose
+    /// first try is a `SET NX PX` claim (`node/claim.rs`) and whose tokens are all 0.
+    fenced: bool,
     twin: RefCell<Twin>,
     servers: Interned,
 }
@@ -64,9 +67,18 @@ impl Exclusive {
             faults,
             server_mutation: None,
             client_mutation: None,
+            fenced: true,
             twin: RefCell::new(Twin::new("", TTL_MS, MARKER_TTL_MS, WINDOW_MS, true)),
             servers: Interned::default(),
         }
+    }
+
+    /// The same model for efficiency locks: first tries claim the key with `SET NX PX`, grants
+    /// carry token 0, and releases delete the key.
+    pub fn without_tokens(mut self) -> Self {
+        self.fenced = false;
+        self.twin = RefCell::new(self.twin.into_inner().without_tokens());
+        self
     }
 }
 
@@ -259,7 +271,8 @@ impl Exclusive {
         state.server = self.servers.intern(twin.snapshot());
         drop(twin);
         if let Some((owner, token)) = after {
-            if before.is_none_or(|(_, was)| was != token) {
+            // A new grant: another owner, or (fenced) another token for the same one.
+            if before.as_ref() != Some(&(owner.clone(), token)) {
                 self.granted(state, &owner, token);
             }
         }
@@ -280,7 +293,12 @@ impl Exclusive {
 
     /// The server granted the lock to `owner` with `token`.
     fn granted(&self, state: &mut State, owner: &str, token: u64) {
-        if token <= state.max_token && state.broken.is_none() {
+        if !self.fenced && token != 0 && state.broken.is_none() {
+            state.broken = Some(format!(
+                "fencing: the efficiency lock of {owner} was granted token {token}, not 0"
+            ));
+        }
+        if self.fenced && token <= state.max_token && state.broken.is_none() {
             state.broken = Some(format!(
                 "fencing: {owner} was granted token {token}, not above the {} granted before",
                 state.max_token
@@ -308,6 +326,27 @@ impl Exclusive {
                 ));
             }
         }
+    }
+
+    /// An efficiency lock's first try for client `me`'s current owner, applied now:
+    /// `SET NX PX`. Taken, it answers as a grant (its reply lost if `lost`); refused, the
+    /// runtime sends `acquire.lua` as a first try next, in a second round trip (`node/claim.rs`),
+    /// which is what a client with no reply does. A refused claim leaves nothing on the server:
+    /// the client's place in line begins with that script (`receive`).
+    fn claim(&self, state: &mut State, me: usize, lost: bool) {
+        let owner = state.clients[me].owner(me);
+        let took = self.on_server(state, |twin| twin.claim(LOCK, &owner, TTL_MS));
+        if lost {
+            state.faults.lost_replies -= 1;
+        }
+        if !took {
+            state.clients[me].arrival = None;
+        }
+        state.clients[me].phase = Phase::Asking {
+            sent: state.tick,
+            asker: WILL_WAIT,
+            reply: (took && !lost).then_some([1, 0]),
+        };
     }
 
     /// An acquire request for client `me`'s current owner, applied now; its reply lost if
@@ -440,6 +479,9 @@ impl Exclusive {
                         let client = &mut state.clients[me];
                         client.attempt += 1;
                         client.arrival = Some(state.arrivals);
+                        if !self.fenced {
+                            return self.claim(state, me, lost);
+                        }
                         WILL_WAIT
                     }
                     _ => {
@@ -523,6 +565,11 @@ impl Exclusive {
             let client = &mut state.clients[me];
             if client.next.is_some() && self.client_mutation.is_none() {
                 client.distrusts = true;
+            }
+            // After a refused claim, this script is the client's first word to the server.
+            if client.arrival.is_none() {
+                state.arrivals += 1;
+                state.clients[me].arrival = Some(state.arrivals);
             }
             return self.send(state, me, asker, false);
         };

@@ -266,6 +266,20 @@ fn the_exclusive_lock_holds_through_every_fault_twice_over() {
     }
 }
 
+/// Efficiency locks: a first try claims the key with `SET NX PX`, without reading the queue.
+#[test]
+fn the_efficiency_lock_is_safe_fifo_and_cleans_up_through_every_fault() {
+    let model = |clients, cycles, faults| {
+        Exclusive::new(clients, cycles, 1, TIME_LIMIT, faults).without_tokens()
+    };
+    let (plain, faulty) = match large() {
+        true => (model(3, 3, Faults::default()), model(3, 2, ALL_FAULTS)),
+        false => (model(3, 2, Faults::default()), model(3, 1, ALL_FAULTS)),
+    };
+    holds("efficiency lock, no faults", &plain);
+    holds("efficiency lock, every fault", &faulty);
+}
+
 #[test]
 fn a_queue_that_records_only_its_first_waiter_starves_the_third_client() {
     let mut model = Exclusive::new(3, 3, 1, TIME_LIMIT, Faults::default());
