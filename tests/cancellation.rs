@@ -12,7 +12,10 @@
 
 mod common;
 
-use common::{Etcd, Fixture, InProcess, Mysql, Postgres, Redlock, SingleRedis, Valkey, Zookeeper};
+use common::{
+    Etcd, Fixture, InProcess, Mysql, Postgres, Redlock, SingleRedis, UnfencedRedis, Valkey,
+    Zookeeper,
+};
 use distlock::__private::raw;
 use distlock::{distributed_lock, Backend, Lease, Lock, LockError, Registry};
 use distlock_test_support::Xorshift;
@@ -81,6 +84,7 @@ macro_rules! annotated {
 }
 annotated!(annotated_in_process, "cancel-in-process");
 annotated!(annotated_redis, "cancel-redis");
+annotated!(annotated_unfenced, "cancel-unfenced");
 annotated!(annotated_valkey, "cancel-valkey");
 annotated!(annotated_redlock, "cancel-redlock");
 annotated!(annotated_etcd, "cancel-etcd");
@@ -359,6 +363,10 @@ fn attr_postgres<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_postgres(key, probe))
 }
 
+fn attr_unfenced<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
+    Box::pin(annotated_unfenced(key, probe))
+}
+
 fn attr_mysql<'a>(key: &'a str, probe: &'a AtomicU8) -> BoxedCall<'a> {
     Box::pin(annotated_mysql(key, probe))
 }
@@ -375,6 +383,13 @@ async fn cancelled_calls_leave_no_lock_held_in_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_calls_leave_no_lock_held_redis() {
     cancelled_calls_leave_nothing_held::<SingleRedis>("cancel-redis", attr_redis).await;
+}
+
+/// Efficiency locks: a first try is a `SET NX PX` claim, followed by the script when the key is
+/// taken; cancelled at any point of either, nothing stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_calls_leave_no_lock_held_with_efficiency_locks() {
+    cancelled_calls_leave_nothing_held::<UnfencedRedis>("cancel-unfenced", attr_unfenced).await;
 }
 
 /// Valkey releases uncontended locks with a conditional `SET … IFEQ`, not a script: cancelled

@@ -155,6 +155,43 @@ async fn waiters_are_woken_by_sharded_notifications() {
     assert!(spublishes >= 20, "every waited-on release was announced");
 }
 
+/// Efficiency locks on a cluster: each first try is one `SET NX PX` routed to the key's
+/// master, a waiter is handed the lock with token 0, and a release deletes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn efficiency_locks_claim_their_keys_on_each_master() {
+    let fx = Cluster::start(|b| b.fencing_tokens(false));
+    let waiters = fx.contender();
+    let evalsha = |fx: &Cluster| -> u64 {
+        let masters = fx.cluster.masters();
+        masters.iter().map(|m| command_calls(m, "evalsha")).sum()
+    };
+    for round in 0..6 {
+        let key = format!("claim:{round}");
+        let scripts = evalsha(&fx);
+        let holder = Lock::new(&key).on(fx.backend()).acquire().await.unwrap();
+        assert_eq!(
+            evalsha(&fx),
+            scripts,
+            "{key}: claimed with SET NX, no script"
+        );
+        assert_eq!(holder.fencing_token(), 0);
+        let waiter = Lock::new(&key).on(&waiters).wait(Duration::from_secs(10));
+        let waiting = tokio::spawn(async move { waiter.acquire().await });
+        common::until_waited_on(&fx, &key).await;
+        holder.release().await.unwrap();
+        let handed = waiting.await.unwrap().unwrap();
+        assert_eq!(
+            handed.fencing_token(),
+            0,
+            "{key}: handed over without a token"
+        );
+        handed.release().await.unwrap();
+        let lock = SingleRedis::lock_key(&key);
+        let left = fx.owner_of(&key).command(&["EXISTS", &lock]);
+        assert_eq!(left, Reply::Int(0), "{key}: released by deleting");
+    }
+}
+
 /// A master killed while leases are held on every shard and tasks loop fenced sections on
 /// keys of every shard: its replica is promoted; the leases on other shards see no error and
 /// stay held; each lease on the failed shard is kept or reported lost — and a contender gets

@@ -137,6 +137,11 @@ async fn the_default_backend_comes_from_the_environment() {
             "0.9",
             "DISTLOCK_CLOCK_DRIFT_FACTOR is 0.9; it must be between 0 and 0.5",
         ),
+        (
+            "DISTLOCK_FENCING_TOKENS",
+            "maybe",
+            "DISTLOCK_FENCING_TOKENS is `maybe`; it must be `true` or `false`",
+        ),
     ] {
         std::env::set_var(name, value);
         let err = default_backend_error();
@@ -166,16 +171,23 @@ async fn the_default_backend_comes_from_the_environment() {
     );
     assert!(err.contains("gives `db=x`"), "{err}");
 
-    // A Sentinel group from the environment, every grant acknowledged by the replica.
+    // A Sentinel group from the environment, every grant acknowledged by the replica; its
+    // locks efficiency locks, without tokens.
     let group = SentinelGroup::start(Duration::from_secs(5));
     std::env::set_var("DISTLOCK_URL", group.sentinel_url());
     std::env::set_var("DISTLOCK_MIN_REPLICAS", "1");
     std::env::set_var("DISTLOCK_PREFIX", "from-env");
+    std::env::set_var("DISTLOCK_FENCING_TOKENS", "false");
     let server = group.primary();
     let backend = Registry::global().get("default").unwrap();
     assert_eq!((backend.name(), backend.prefix()), ("default", "from-env"));
     assert_eq!(backend.watchdog_lease(), std::time::Duration::from_secs(1));
     let guard = Lock::new("order:1").acquire().await.unwrap();
+    assert_eq!(
+        guard.fencing_token(),
+        0,
+        "an efficiency lock, from the environment"
+    );
     let ttl = server
         .command(&["PTTL", "from-env:{order:1}"])
         .as_int()

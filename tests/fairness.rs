@@ -112,9 +112,13 @@ async fn contend() {
     let section = Duration::from_micros(env("SECTION_US"));
     let run = Duration::from_millis(env("RUN_MS"));
     let me: u32 = env("WORKER_INDEX");
+    // Efficiency locks carry no token: their sections write the data unfenced (the overlap
+    // and lost-update checks still see any double grant).
+    let fenced_locks: bool = env("FENCED");
     let backend = Backend::builder(url)
         .prefix("fair")
         .min_replicas(env("MIN_REPLICAS"))
+        .fencing_tokens(fenced_locks)
         .build()
         .unwrap();
     let fenced = std::sync::Arc::new(FencedStore::open(&data_url).unwrap());
@@ -148,10 +152,16 @@ async fn contend() {
                             tokio::time::sleep(section).await;
                         }
                         let token = distlock::fencing_token().unwrap();
-                        let written = fenced
-                            .write("fenced", token, (value + 1).to_string().as_bytes())
-                            .await
-                            .unwrap();
+                        let written = match fenced_locks {
+                            true => fenced
+                                .write("fenced", token, (value + 1).to_string().as_bytes())
+                                .await
+                                .unwrap(),
+                            false => {
+                                assert_eq!(token, 0, "an efficiency lock has no token");
+                                FencedWrite::Applied
+                            }
+                        };
                         let _: () = data.set("value", value + 1).await.unwrap();
                         let _: i64 = data.decr("inside", 1).await.unwrap();
                         (inside != 1, written != FencedWrite::Applied)
@@ -201,19 +211,29 @@ struct Deployment<'a> {
     name: &'a str,
     url: String,
     min_replicas: u32,
+    /// Locks carry fencing tokens (`false`: efficiency locks).
+    fenced: bool,
 }
 
 /// Runs `cells` one after another against the deployment `name` at `url`, the data (the
 /// overlap check and the fenced resource) on a server of their own; asserts every cell, after
 /// printing them all.
 fn matrix(name: &str, url: String, min_replicas: u32, cells: &[Cell]) {
+    matrix_of(
+        Deployment {
+            name,
+            url,
+            min_replicas,
+            fenced: true,
+        },
+        cells,
+    );
+}
+
+/// [`matrix`] for any deployment.
+fn matrix_of(deployment: Deployment, cells: &[Cell]) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let data = RedisServer::start();
-    let deployment = Deployment {
-        name,
-        url,
-        min_replicas,
-    };
     let mut failures = Vec::new();
     for cell in cells {
         if let Err(failure) = run_cell(&deployment, &data, *cell) {
@@ -239,6 +259,7 @@ fn run_cell(deployment: &Deployment, data: &RedisServer, cell: Cell) -> Result<(
                     ("LOCK_URL", deployment.url.clone()),
                     ("DATA_URL", data.url()),
                     ("MIN_REPLICAS", deployment.min_replicas.to_string()),
+                    ("FENCED", deployment.fenced.to_string()),
                     ("WORKER_INDEX", i.to_string()),
                     ("TASKS", cell.tasks.to_string()),
                     ("SECTION_US", cell.section.as_micros().to_string()),
@@ -312,6 +333,20 @@ fn small_matrix() -> Vec<Cell> {
 fn processes_share_a_key_fairly_on_one_server() {
     let server = RedisServer::start();
     matrix("redis", server.url(), 0, &full_matrix());
+}
+
+/// Efficiency locks (`fencing_tokens(false)`): first tries are `SET NX PX` claims, and the
+/// queue keeps the processes in turn all the same.
+#[test]
+fn processes_share_a_key_fairly_with_efficiency_locks() {
+    let server = RedisServer::start();
+    let deployment = Deployment {
+        name: "redis (efficiency locks)",
+        url: server.url(),
+        min_replicas: 0,
+        fenced: false,
+    };
+    matrix_of(deployment, &small_matrix());
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! their Rust twins, which the in-process engine runs (`engines/in_process/scripts.rs`), are
 //! driven by the same seeded random operations — acquire (a single try, a first try, a waiter;
 //! with a Redlock ticket; an efficiency lock's `SET NX PX` claim), release (plain, naming a
-//! successor, giving a vote back), renew,
+//! successor, giving a vote back; an efficiency lock's `delete_if.lua`), renew,
 //! readers and permits, force-unlock, expiry of a lock, a queue entry or a set, a value
 //! distlock did not write — over a few keys and owners. After every step both must have
 //! answered the same reply and hold the same state: the lock value, its queue with every
@@ -89,6 +89,11 @@ enum Op {
         lock: &'static str,
         owner: &'static str,
     },
+    /// An efficiency lock's quiet release: `delete_if.lua` for the value a first try grants.
+    DeleteIf {
+        lock: &'static str,
+        owner: &'static str,
+    },
     Acquire {
         lock: &'static str,
         owner: &'static str,
@@ -153,6 +158,7 @@ impl Op {
         };
         match roll {
             0..=31 if !mode.fenced && rng.below(3) == 0 => Op::Claim { lock, owner },
+            32..=59 if !mode.fenced && rng.below(3) == 0 => Op::DeleteIf { lock, owner },
             0..=31 => Op::Acquire {
                 lock,
                 owner,
@@ -212,6 +218,7 @@ impl Op {
         match self {
             Op::Acquire { lock, .. }
             | Op::Claim { lock, .. }
+            | Op::DeleteIf { lock, .. }
             | Op::Release { lock, .. }
             | Op::Renew { lock, .. }
             | Op::SharedAcquire { lock, .. }
@@ -257,7 +264,11 @@ fn member(owner: &str, mode: Mode) -> String {
 /// Runs `op` on the twin.
 fn on_twin(twin: &mut Twin, op: &Op, mode: Mode) -> Answer {
     match op {
-        Op::Claim { lock, owner } => Answer::Ints(vec![i64::from(twin.claim(lock, owner, TTL_MS))]),
+        Op::Claim { lock, owner } => {
+            let took = twin.claim(lock, owner, TTL_MS);
+            Answer::Ints(vec![i64::from(took)])
+        }
+        Op::DeleteIf { lock, owner } => Answer::Ints(vec![twin.delete_if(lock, owner)]),
         Op::Acquire {
             lock,
             owner,
@@ -319,6 +330,7 @@ impl Scripts {
             "shared_release",
             "inspect",
             "unlock",
+            "delete_if",
         ] {
             let sha: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
@@ -350,6 +362,10 @@ fn on_redis(pipe: &mut redis::Pipeline, scripts: &Scripts, op: &Op, mode: Mode) 
         false => ("0", 0),
     };
     match op {
+        Op::DeleteIf { lock, owner } => {
+            let value = format!("L0 {owner} {}", mode.label);
+            scripts.call(pipe, "delete_if", &[lock], &[value]);
+        }
         Op::Claim { lock, owner } => {
             let value = format!("L0 {owner} {}", mode.label);
             pipe.cmd("SET")
@@ -816,6 +832,8 @@ fn the_lua_scripts_and_their_rust_twins_agree_step_by_step() {
             "Unlock held",
             "Claim 1",
             "Claim 0",
+            "DeleteIf 1",
+            "DeleteIf 0",
         ] {
             assert!(seen.contains_key(outcome), "no `{outcome}` in {seen:?}");
         }

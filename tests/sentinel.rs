@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::cell::read_cell;
+use common::cell::{read_cell, Cell};
 use common::sections::{self, tokens, tokens_len, wait_for_tokens, Tally};
 use common::worker::{self, Worker};
 use common::PREFIX;
@@ -260,6 +260,65 @@ async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
         took >= patient_wait && took < patient_wait + Duration::from_millis(150),
         "failed after {took:?} for a {patient_wait:?} replica timeout"
     );
+}
+
+/// An efficiency lock's first try, `SET NX PX`, is followed by `WAIT` in the same round trip
+/// like a scripted grant: acknowledged, the replica holds the claim; unacknowledged, the claim
+/// is taken back and the caller told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_efficiency_locks_claim_waits_for_its_replica_or_is_taken_back() {
+    let primary = RedisServer::start_with(ServerConfig::new().arg("hz", "100"));
+    let replica = RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
+    replica.wait_for_replica_sync();
+    primary.wait_for_replicas(1);
+    let backend = Backend::builder(primary.url())
+        .prefix(PREFIX)
+        .min_replicas(1)
+        .replica_timeout(REPLICA_TIMEOUT)
+        .fencing_tokens(false)
+        .build()
+        .unwrap();
+    let scripts_before = common::command_calls(&primary, "evalsha");
+    let guard = Lock::new("claimed").on(&backend).acquire().await.unwrap();
+    assert_eq!(
+        common::command_calls(&primary, "evalsha"),
+        scripts_before,
+        "the grant was a SET NX, not a script"
+    );
+    let lock = common::SingleRedis::lock_key("claimed");
+    assert_eq!(guard.fencing_token(), 0);
+    assert_eq!(
+        read_cell(&replica, &lock).token(),
+        Some(0),
+        "WAIT returned once the replica had the claim"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(
+        read_cell(&primary, &lock),
+        Cell::Absent,
+        "released by deleting"
+    );
+
+    replica.pause();
+    let err = Lock::new("unacked")
+        .on(&backend)
+        .acquire()
+        .await
+        .unwrap_err();
+    let left_behind = read_cell(&primary, &common::SingleRedis::lock_key("unacked")).is_held();
+    replica.resume();
+    assert!(
+        matches!(
+            err,
+            LockError::ReplicasNotAcknowledged {
+                acknowledged: 0,
+                wanted: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(!left_behind, "the unacknowledged claim was left held");
 }
 
 /// Renewals the replicas do not acknowledge do not advance the lease: with the replica paused,

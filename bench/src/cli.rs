@@ -62,7 +62,7 @@ WORKLOADS:
     counts       one uncontended cycle counted, not timed, in child processes of this binary:
                  client instructions (valgrind --tool=callgrind, 1,500 cycles less 500), context
                  switches (/proc, 5,000 cycles) and Redis commands and µs (INFO commandstats) for
-                 distlock, distlock-fixed, rslock and the redis-rs floor (SET NX PX and a
+                 distlock, distlock-fixed, distlock-unfenced, rslock and the redis-rs floor (SET NX PX and a
                  compare-and-delete script by hand); needs valgrind
 
 OPTIONS:
@@ -74,7 +74,7 @@ OPTIONS:
                          taking turns, each slice with a fresh floor [default: 8]; the contended
                          phases into N/4 slices (at least 1)
     --only LIST          workloads to run, comma-separated [default: all]
-    --libs LIST          distlock,distlock-fixed,rslock,redlock [default: all]
+    --libs LIST          distlock,distlock-fixed,distlock-unfenced,rslock,redlock [default: all]
     --tasks N            tasks of the parallel workload [default: 64]
     --contenders N       tasks of the one-process contended workload (even) [default: 8]
     --cs-us N            critical-section length in microseconds, busy work [default: 10]
@@ -97,7 +97,8 @@ OPTIONS:
     -h, --help           print this help
 
 Library variants: `distlock` uses the default watchdog lease (what #[distributed_lock] uses),
-`distlock-fixed` a fixed 10 s lease (no watchdog registration), the peers a 10 s TTL.
+`distlock-fixed` a fixed 10 s lease (no watchdog registration), `distlock-unfenced` efficiency
+locks (fencing_tokens(false), the watchdog lease), the peers a 10 s TTL.
 See BENCHMARKS.md for what every number means.
 ";
 

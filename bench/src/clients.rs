@@ -35,6 +35,9 @@ pub(crate) enum LibId {
     Distlock,
     /// distlock with a fixed lease: no watchdog registration.
     DistlockFixed,
+    /// distlock's efficiency locks (`fencing_tokens(false)`), with the watchdog: no fencing
+    /// token, an uncontended acquire one `SET NX PX`.
+    DistlockUnfenced,
     Rslock,
     Redlock,
     /// Not a library: the least a FIFO handoff through the server costs ([`crate::fifo_floor`]),
@@ -61,9 +64,10 @@ pub(crate) enum LibId {
 }
 
 impl LibId {
-    pub(crate) const ALL: [LibId; 4] = [
+    pub(crate) const ALL: [LibId; 5] = [
         LibId::Distlock,
         LibId::DistlockFixed,
+        LibId::DistlockUnfenced,
         LibId::Rslock,
         LibId::Redlock,
     ];
@@ -72,6 +76,7 @@ impl LibId {
         match self {
             LibId::Distlock => "distlock",
             LibId::DistlockFixed => "distlock-fixed",
+            LibId::DistlockUnfenced => "distlock-unfenced",
             LibId::Rslock => "rslock",
             LibId::Redlock => "redlock",
             LibId::FifoFloor => "fifo-floor",
@@ -251,14 +256,15 @@ impl Client {
     pub(crate) fn connect(lib: LibId, url: &str) -> Result<Client, String> {
         let urls: Vec<&str> = url.split(',').collect();
         let inner = match lib {
-            LibId::Distlock | LibId::DistlockFixed => Inner::Distlock {
+            LibId::Distlock | LibId::DistlockFixed | LibId::DistlockUnfenced => Inner::Distlock {
                 backend: Backend::builder(url)
                     .prefix("bench")
+                    .fencing_tokens(lib != LibId::DistlockUnfenced)
                     .build()
                     .map_err(|err| format!("distlock backend: {err}"))?,
                 lease: match lib {
-                    LibId::Distlock => Lease::Watchdog,
-                    _ => Lease::Fixed(FIXED_TTL),
+                    LibId::DistlockFixed => Lease::Fixed(FIXED_TTL),
+                    _ => Lease::Watchdog,
                 },
             },
             LibId::Rslock => Inner::Rslock(rslock::LockManager::new(urls)),

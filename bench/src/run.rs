@@ -203,6 +203,7 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                             // distributed-lock-mysql and zookeeper-client are never among
                             // `config.libs`.
                             LibId::DistlockFixed
+                            | LibId::DistlockUnfenced
                             | LibId::FifoFloor
                             | LibId::EtcdLock
                             | LibId::DistributedLockPg
@@ -232,8 +233,15 @@ pub(crate) async fn run(config: &Config, progress: &dyn Fn(String)) -> Result<Me
                             config.pin.server(master.pid())?;
                         }
                     }
+                    // Efficiency locks are for one server: Redlock refuses them.
+                    let libs: Vec<LibId> = config
+                        .libs
+                        .iter()
+                        .copied()
+                        .filter(|lib| *lib != LibId::DistlockUnfenced)
+                        .collect();
                     redlock::run(
-                        &config.libs,
+                        &libs,
                         &masters,
                         config.duration,
                         config.contenders,

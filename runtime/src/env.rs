@@ -69,3 +69,6 @@ pub const SCHEMA: &str = "DISTLOCK_SCHEMA";
 /// `0`, the default) to report it missing. See
 /// [`BackendBuilder::create_schema`](crate::BackendBuilder::create_schema).
 pub const CREATE_SCHEMA: &str = "DISTLOCK_CREATE_SCHEMA";
+/// `false` (or `0`) for efficiency locks, without fencing tokens; `true` (or `1`, the default)
+/// for tokens. See [`BackendBuilder::fencing_tokens`](crate::BackendBuilder::fencing_tokens).
+pub const FENCING_TOKENS: &str = "DISTLOCK_FENCING_TOKENS";

@@ -30,6 +30,9 @@ const LOCK: &str = "m:k";
 /// `acquire.lua`'s "who asks": a first try that will wait, then a waiter.
 const WILL_WAIT: u8 = b'1';
 const WAITING: u8 = b'2';
+/// Not `acquire.lua`'s: an efficiency lock's `SET NX PX` claim that took the lock, whose
+/// release is `delete_if.lua` first (`node/efficiency.rs`).
+const CLAIMED: u8 = b'c';
 
 /// A client-side rule replaced by a known-bad one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,12 +140,14 @@ enum Phase {
         ask_by: Tick,
     },
     /// Holds with `token`, relied on until `valid_until_ms`; releases by `release_by` and
-    /// renews by `renew_by` (the watchdog renews every third of the lease).
+    /// renews by `renew_by` (the watchdog renews every third of the lease). `quiet`: taken by
+    /// an efficiency lock's claim, released by `delete_if.lua` first.
     Holding {
         token: u64,
         valid_until_ms: u64,
         release_by: Tick,
         renew_by: Tick,
+        quiet: bool,
     },
     /// Does nothing until `resume_at` (a stopped process), then goes on as `then`.
     Paused {
@@ -344,7 +349,7 @@ impl Exclusive {
         }
         state.clients[me].phase = Phase::Asking {
             sent: state.tick,
-            asker: WILL_WAIT,
+            asker: if took && !lost { CLAIMED } else { WILL_WAIT },
             reply: (took && !lost).then_some([1, 0]),
         };
     }
@@ -367,9 +372,14 @@ impl Exclusive {
     }
 
     /// `release.lua` for client `me`'s current owner (`Lock::release`, a lost lease's release,
-    /// and a dropped `Attempt`'s background release all send it).
+    /// and a dropped `Attempt`'s background release all send it); after `delete_if.lua` for a
+    /// lock taken by a claim, which deletes the key if nobody waited for it since.
     fn release(&self, state: &mut State, me: usize) {
         let owner = state.clients[me].owner(me);
+        let quiet = matches!(state.clients[me].phase, Phase::Holding { quiet: true, .. });
+        if quiet && self.on_server(state, |twin| twin.delete_if(LOCK, &owner)) == 1 {
+            return;
+        }
         self.on_server(state, |twin| twin.release(LOCK, &owner, None, false));
     }
 
@@ -390,11 +400,13 @@ impl Exclusive {
         let tick = state.tick;
         let client = &mut state.clients[me];
         client.stop_waiting();
+        let quiet = matches!(client.phase, Phase::Asking { asker: CLAIMED, .. });
         client.phase = Phase::Holding {
             token,
             valid_until_ms: until_ms,
             release_by: tick + self.hold,
             renew_by,
+            quiet,
         };
     }
 }

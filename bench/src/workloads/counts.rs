@@ -29,9 +29,10 @@ const LONG: u64 = 1500;
 const NATIVE: u64 = 5000;
 
 /// The libraries counted, in the table's order.
-pub(crate) const LIBS: [LibId; 4] = [
+pub(crate) const LIBS: [LibId; 5] = [
     LibId::Distlock,
     LibId::DistlockFixed,
+    LibId::DistlockUnfenced,
     LibId::Rslock,
     LibId::RedisRs,
 ];

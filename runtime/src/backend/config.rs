@@ -82,6 +82,7 @@ fn variable_of(setting: String) -> String {
         "holder_label" => env::HOLDER_LABEL,
         "schema" => env::SCHEMA,
         "create_schema" => env::CREATE_SCHEMA,
+        "fencing_tokens" => env::FENCING_TOKENS,
         "clock_drift_factor" => env::CLOCK_DRIFT_FACTOR,
         "renew_batch" => env::RENEW_BATCH,
         "max_key_len" => env::MAX_KEY_LEN,
@@ -154,25 +155,33 @@ fn label_and_tls_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder,
     Ok(builder)
 }
 
-/// `DISTLOCK_SCHEMA` and `DISTLOCK_CREATE_SCHEMA`.
+/// `DISTLOCK_SCHEMA`, `DISTLOCK_CREATE_SCHEMA` and `DISTLOCK_FENCING_TOKENS`.
 fn schema_from_env(mut builder: BackendBuilder) -> Result<BackendBuilder, LockError> {
     if let Some(schema) = var(env::SCHEMA)? {
         builder = builder.schema(schema);
     }
-    if let Some(text) = var(env::CREATE_SCHEMA)? {
-        let create = match text.to_ascii_lowercase().as_str() {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            _ => {
-                return Err(LockError::invalid_config(
-                    env::CREATE_SCHEMA,
-                    format!("is `{text}`; it must be `true` or `false`"),
-                ))
-            }
-        };
+    if let Some(create) = boolean(env::CREATE_SCHEMA)? {
         builder = builder.create_schema(create);
     }
+    if let Some(fenced) = boolean(env::FENCING_TOKENS)? {
+        builder = builder.fencing_tokens(fenced);
+    }
     Ok(builder)
+}
+
+/// The variable `name` as `true` (`1`) or `false` (`0`), if set.
+fn boolean(name: &str) -> Result<Option<bool>, LockError> {
+    let Some(text) = var(name)? else {
+        return Ok(None);
+    };
+    match text.to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(Some(true)),
+        "false" | "0" => Ok(Some(false)),
+        _ => Err(LockError::invalid_config(
+            name,
+            format!("is `{text}`; it must be `true` or `false`"),
+        )),
+    }
 }
 
 /// A human-written duration from the variable `name`.

@@ -34,6 +34,7 @@ pub const DEFAULT_BACKEND: &str = "default";
 /// | [`DISTLOCK_HOLDER_LABEL`](crate::env::HOLDER_LABEL) | [`holder_label`](crate::BackendBuilder::holder_label) |
 /// | [`DISTLOCK_SCHEMA`](crate::env::SCHEMA) | [`schema`](crate::BackendBuilder::schema) |
 /// | [`DISTLOCK_CREATE_SCHEMA`](crate::env::CREATE_SCHEMA) | [`create_schema`](crate::BackendBuilder::create_schema) |
+/// | [`DISTLOCK_FENCING_TOKENS`](crate::env::FENCING_TOKENS) | [`fencing_tokens`](crate::BackendBuilder::fencing_tokens) |
 /// | [`DISTLOCK_TLS_CA_FILE`](crate::env::TLS_CA_FILE) | [`tls_ca_file`](crate::BackendBuilder::tls_ca_file) |
 /// | [`DISTLOCK_TLS_CERT_FILE`](crate::env::TLS_CERT_FILE), [`DISTLOCK_TLS_KEY_FILE`](crate::env::TLS_KEY_FILE) | [`tls_client_auth_files`](crate::BackendBuilder::tls_client_auth_files) |
 ///

@@ -67,6 +67,17 @@ impl Twin {
         scripts::claim(&mut self.keys, &self.settings, lock, owner, ttl_ms)
     }
 
+    /// `delete_if.lua` for one key granted to `owner` on a first try (the value a claim or
+    /// `acquire.lua` writes with token 0): 1 when it still held that value and was deleted.
+    pub fn delete_if(&mut self, lock: &str, owner: &str) -> i64 {
+        let label = self.settings.label.as_bytes();
+        let granted = protocol::LockValue::held(protocol::State::Held, 0, owner, label);
+        match self.keys.get(lock) {
+            Some(value) if value.as_bytes() == granted => i64::from(self.keys.del(lock)),
+            _ => 0,
+        }
+    }
+
     /// The server clock from now on, in µs since the epoch (the real clock when not set); TTLs
     /// run on it once it is set.
     pub fn set_clock(&mut self, now_us: u64) {

@@ -476,6 +476,16 @@ impl Node {
                 .release_by_script(items, marker_ttl, reservation_window)
                 .await;
         }
+        if !self.fenced {
+            let batch = Pipelined {
+                items,
+                quiet: &quiet,
+                scripted: &scripted,
+            };
+            return self
+                .release_unfenced(batch, marker_ttl, reservation_window)
+                .await;
+        }
         let bound = self.connection().await?;
         if !bound.conditional_set.usable() {
             return self
@@ -500,9 +510,7 @@ impl Node {
         for (index, item) in items.iter().enumerate() {
             match item.granted {
                 GrantedAs::Quietly { fence }
-                    if self.fenced
-                        && item.successor.is_none()
-                        && !self.contended.contains(&item.lock) =>
+                    if item.successor.is_none() && !self.contended.contains(&item.lock) =>
                 {
                     quiet.push((index, fence));
                 }
@@ -597,7 +605,7 @@ impl Node {
     /// # Cancel safety
     /// Not cancel safe.
     /// As [`release_calls`](Self::release_calls).
-    async fn release_the_rest(
+    pub(super) async fn release_the_rest(
         &self,
         items: &[ReleaseCall],
         mut answers: Vec<Option<ReleaseReply>>,
@@ -792,10 +800,11 @@ fn release_replies<'a>(
 }
 
 /// A batch of releases as [`Node::release_calls`] splits it: by index, the locks a
-/// conditional write may release (with their tokens), and those `release.lua` releases.
+/// conditional write (or, for efficiency locks, `delete_if.lua`) may release, with their
+/// tokens, and those `release.lua` releases.
 #[derive(Clone, Copy)]
-struct Pipelined<'a> {
-    items: &'a [ReleaseCall],
-    quiet: &'a [(usize, u64)],
-    scripted: &'a [usize],
+pub(super) struct Pipelined<'a> {
+    pub(super) items: &'a [ReleaseCall],
+    pub(super) quiet: &'a [(usize, u64)],
+    pub(super) scripted: &'a [usize],
 }

@@ -12,7 +12,7 @@
 //!
 //! This module holds the connection and the script call; the typed calls live beside it, one
 //! file per job: [`exclusive`] (acquire, release, transfer, the fencing token's write-back),
-//! [`claim`] (an efficiency lock's first try, `SET NX PX`),
+//! [`efficiency`] (efficiency locks: a first try by `SET NX PX`, a quiet release by deleting),
 //! [`shared`] (readers and permits), [`renewal`] (the watchdog's batches) and [`operator`]
 //! (inspect, forced unlock, `SCAN`, the doctor's checks).
 
@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-mod claim;
+mod efficiency;
 mod exclusive;
 mod operator;
 mod renewal;

@@ -92,6 +92,7 @@ pub(crate) fn source(name: &str) -> &'static str {
         "unlock" => UNLOCK.source,
         "shared_acquire" => SHARED_ACQUIRE.source,
         "shared_release" => SHARED_RELEASE.source,
+        "delete_if" => DELETE_IF.source,
         other => panic!("no script named {other}"),
     }
 }
@@ -106,3 +107,4 @@ lua_script!(SHARED_ACQUIRE, "shared_acquire.lua");
 lua_script!(SHARED_RELEASE, "shared_release.lua");
 lua_script!(FENCED_SET, "fenced_set.lua");
 lua_script!(FENCE_WRITEBACK, "fence_writeback.lua");
+lua_script!(DELETE_IF, "delete_if.lua");

@@ -1,4 +1,6 @@
-//! An efficiency lock's first try: one `SET NX PX`, the cheapest grant a Redis server makes.
+//! Efficiency locks on one server: a first try is one `SET NX PX`, the cheapest grant a Redis
+//! server makes, and a release of a lock nobody waited for deletes the key with the smallest
+//! compare-and-delete script.
 //!
 //! A node whose locks carry no fencing token ([`BackendBuilder::fencing_tokens`]`(false)`)
 //! writes the value `acquire.lua` would write with token 0, `L0 <owner>[ <label>]`, only where
@@ -22,13 +24,21 @@
 //! newcomer hands it to the first of them). A release always hands a waited-on lock over
 //! without freeing the key, so no claim can come between a release and its heir.
 //!
+//! A lock granted on its caller's first try, whose key is not known to be contended, is
+//! released by `delete_if.lua`: the key is deleted if it still holds exactly the value granted
+//! (a `GET` and a `DEL`, what a hand-written `SET NX` lock's release costs). A key that holds
+//! anything else (waited on, expired, taken over) goes to `release.lua`, which tells which and
+//! hands it over; the key is then contended for a while, and its releases go to `release.lua`
+//! directly. The other locks of the batch are sent to `release.lua` at the same time.
+//!
 //! [`BackendBuilder::fencing_tokens`]: crate::BackendBuilder::fencing_tokens
 
-use super::exclusive::LockCall;
+use super::exclusive::{LockCall, Pipelined, ReleaseCall, ReleaseReply};
 use super::{unexpected, Digits, Node};
-use crate::engines::engine::{Acquired, Asker, EngineResult};
+use crate::engines::engine::{Acquired, Asker, EngineResult, Ownership};
 use crate::engines::redis::conditional;
 use crate::engines::redis::protocol::millis;
+use crate::engines::redis::scripts::DELETE_IF;
 use redis::{FromRedisValue, Value};
 use std::time::Duration;
 
@@ -178,6 +188,76 @@ impl Node {
             None => None,
         };
         Ok((claimed, acknowledged))
+    }
+}
+
+impl Node {
+    /// Efficiency locks' releases: the quiet ones (`batch.quiet`) by `delete_if.lua`, the
+    /// others by `release.lua`, both sent at once; a quiet one whose key held something else
+    /// then by `release.lua` too. One answer per lock.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a release already sent may still run.
+    /// As [`release_calls`](Node::release_calls): dropped after sending, some locks may be
+    /// released; the caller finishes the release in the background, where a lock already
+    /// released reads as gone.
+    pub(super) async fn release_unfenced(
+        &self,
+        batch: Pipelined<'_>,
+        marker_ttl: Duration,
+        reservation_window: Duration,
+    ) -> EngineResult<Vec<ReleaseReply>> {
+        let Pipelined {
+            items,
+            quiet,
+            scripted,
+        } = batch;
+        let keys: Vec<&str> = quiet.iter().map(|(i, _)| items[*i].lock.as_str()).collect();
+        let values: Vec<Vec<u8>> = quiet
+            .iter()
+            .map(|(i, _)| conditional::granted_value(0, &items[*i].owner, &self.label))
+            .collect();
+        let args: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let others: Vec<ReleaseCall> = scripted.iter().map(|i| items[*i].clone()).collect();
+        let scripted_release = async {
+            match others.is_empty() {
+                true => Ok(Vec::new()),
+                false => {
+                    self.release_by_script(&others, marker_ttl, reservation_window)
+                        .await
+                }
+            }
+        };
+        let (deleted, released) = futures_util::future::join(
+            self.invoke::<Vec<i64>>(&DELETE_IF, &keys, &args),
+            scripted_release,
+        )
+        .await;
+        let (deleted, released) = match (deleted, released) {
+            (Ok(deleted), Ok(released)) => (deleted, released),
+            (Err(mut failure), Ok(_)) | (Ok(_), Err(mut failure)) => {
+                // The other half may have released its locks: to their callers the failure
+                // must read as "may have run".
+                failure.ambiguous = true;
+                return Err(failure);
+            }
+            (Err(failure), Err(_)) => return Err(failure),
+        };
+        if deleted.len() != quiet.len() || released.len() != scripted.len() {
+            return Err(unexpected("release", (deleted, released.len())));
+        }
+        let mut answers: Vec<Option<ReleaseReply>> = vec![None; items.len()];
+        for ((index, _), deleted) in quiet.iter().zip(deleted) {
+            match deleted {
+                1 => answers[*index] = Some(ReleaseReply::Found(Ownership::Ours)),
+                _ => self.contended.note(&items[*index].lock),
+            }
+        }
+        for (index, answer) in scripted.iter().zip(released) {
+            answers[*index] = Some(answer);
+        }
+        self.release_the_rest(items, answers, marker_ttl, reservation_window)
+            .await
     }
 }
 
