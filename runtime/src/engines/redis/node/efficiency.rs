@@ -59,8 +59,10 @@ impl Node {
         let claimable: Vec<usize> = (0..items.len())
             .filter(|i| claims(&items[*i]) && !self.contended.contains(&items[*i].lock))
             .collect();
+        // The calls off the uncontended path are boxed, so that this future, made for every
+        // acquire, stays small.
         if claimable.is_empty() {
-            return self.acquire_by_script(items, 0, grant_time).await;
+            return Box::pin(self.acquire_by_script(items, 0, grant_time)).await;
         }
         let mut answers: Vec<Option<EngineResult<Acquired>>> =
             std::iter::repeat_with(|| None).take(items.len()).collect();
@@ -72,13 +74,25 @@ impl Node {
                 false => self.contended.note(&items[index].lock),
             }
         }
-        self.answer_claims(items, &taken, acknowledged, &mut answers)
-            .await;
+        let granted = taken
+            .iter()
+            .map(|_| Ok(Acquired::Yes { fence: 0 }))
+            .collect();
+        let settled = match (self.replica_ack, acknowledged) {
+            // Fewer replicas than wanted acknowledged the claims: they are taken back.
+            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas && !taken.is_empty() => {
+                let calls: Vec<LockCall> = taken.iter().map(|i| items[*i].clone()).collect();
+                Box::pin(self.take_back_unreplicated(&calls, granted, ack, acknowledged)).await
+            }
+            _ => granted,
+        };
+        for (index, answer) in taken.iter().zip(settled) {
+            answers[*index] = Some(answer);
+        }
         let rest: Vec<usize> = (0..items.len()).filter(|i| answers[*i].is_none()).collect();
         if !rest.is_empty() {
             let pending: Vec<LockCall> = rest.iter().map(|i| items[*i].clone()).collect();
-            let scripted = self
-                .acquire_by_script(&pending, 0, grant_time)
+            let scripted = Box::pin(self.acquire_by_script(&pending, 0, grant_time))
                 .await
                 .map_err(|mut failure| {
                     // The claims took their locks: to their callers the failure must read as
@@ -96,39 +110,6 @@ impl Node {
             .collect()
     }
 
-    /// The answers of the claims that took their locks (`taken`, by index): granted with
-    /// token 0, or, where fewer replicas than wanted acknowledged them, released again
-    /// ([`Acquired::Unreplicated`]).
-    ///
-    /// # Cancel safety
-    /// Not cancel safe: a take-back already sent may still run.
-    /// As [`take_back_unreplicated`](Node::take_back_unreplicated).
-    async fn answer_claims(
-        &self,
-        items: &[LockCall],
-        taken: &[usize],
-        acknowledged: Option<u32>,
-        answers: &mut [Option<EngineResult<Acquired>>],
-    ) {
-        let granted = || {
-            taken
-                .iter()
-                .map(|_| Ok(Acquired::Yes { fence: 0 }))
-                .collect()
-        };
-        let settled = match (self.replica_ack, acknowledged) {
-            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas && !taken.is_empty() => {
-                let calls: Vec<LockCall> = taken.iter().map(|i| items[*i].clone()).collect();
-                self.take_back_unreplicated(&calls, granted(), ack, acknowledged)
-                    .await
-            }
-            _ => granted(),
-        };
-        for (index, answer) in taken.iter().zip(settled) {
-            answers[*index] = Some(answer);
-        }
-    }
-
     /// One pipeline: `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>` for each of `items` at
     /// `indices`, then `WAIT` with replica acknowledgement. Whether each took its lock, and how
     /// many replicas acknowledged.
@@ -142,23 +123,32 @@ impl Node {
         indices: &[usize],
     ) -> EngineResult<(Vec<bool>, Option<u32>)> {
         let bound = self.connection().await?;
-        let mut pipe = redis::pipe();
-        for index in indices {
-            let item = &items[*index];
-            pipe.cmd("SET")
-                .arg(&item.lock)
-                .arg(conditional::granted_value(0, &item.owner, &self.label))
-                .arg("NX")
-                .arg("PX")
-                .arg(Digits::ms(item.ttl).as_bytes());
-        }
-        if let Some(ack) = self.replica_ack {
-            pipe.cmd("WAIT")
-                .arg(ack.replicas)
-                .arg(millis::arg(ack.timeout));
-        }
+        let mut commands = indices
+            .iter()
+            .map(|index| self.claim_command(&items[*index]));
         let mut conn = bound.conn.clone();
-        let replies: Vec<Value> = pipe.query_async(&mut conn).await.map_err(|err| {
+        let sent = match (indices.len(), self.replica_ack) {
+            // One claim alone: a plain command, cheaper to send and read than a pipeline.
+            (1, None) => {
+                let cmd = commands.next().expect("one claim");
+                cmd.query_async::<Value>(&mut conn)
+                    .await
+                    .map(|reply| vec![reply])
+            }
+            (_, ack) => {
+                let mut pipe = redis::pipe();
+                commands.for_each(|cmd| {
+                    pipe.add_command(cmd);
+                });
+                if let Some(ack) = ack {
+                    pipe.cmd("WAIT")
+                        .arg(ack.replicas)
+                        .arg(millis::arg(ack.timeout));
+                }
+                pipe.query_async::<Vec<Value>>(&mut conn).await
+            }
+        };
+        let replies = sent.map_err(|err| {
             // A reply late behind a WAIT says nothing about where the primary is.
             if !(self.replica_ack.is_some() && err.is_timeout()) {
                 self.after_failure(&bound, &err);
@@ -219,20 +209,15 @@ impl Node {
             .collect();
         let args: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
         let others: Vec<ReleaseCall> = scripted.iter().map(|i| items[*i].clone()).collect();
-        let scripted_release = async {
-            match others.is_empty() {
-                true => Ok(Vec::new()),
-                false => {
-                    self.release_by_script(&others, marker_ttl, reservation_window)
-                        .await
-                }
+        let delete = self.invoke::<Vec<i64>>(&DELETE_IF, &keys, &args);
+        let (deleted, released) = match others.is_empty() {
+            true => (delete.await, Ok(Vec::new())),
+            // Boxed, as the rest of the calls off the uncontended path.
+            false => {
+                let script = self.release_by_script(&others, marker_ttl, reservation_window);
+                futures_util::future::join(delete, Box::pin(script)).await
             }
         };
-        let (deleted, released) = futures_util::future::join(
-            self.invoke::<Vec<i64>>(&DELETE_IF, &keys, &args),
-            scripted_release,
-        )
-        .await;
         let (deleted, released) = match (deleted, released) {
             (Ok(deleted), Ok(released)) => (deleted, released),
             (Err(mut failure), Ok(_)) | (Ok(_), Err(mut failure)) => {
@@ -256,8 +241,26 @@ impl Node {
         for (index, answer) in scripted.iter().zip(released) {
             answers[*index] = Some(answer);
         }
-        self.release_the_rest(items, answers, marker_ttl, reservation_window)
-            .await
+        if answers.iter().all(Option::is_some) {
+            return Ok(answers.into_iter().flatten().collect());
+        }
+        Box::pin(self.release_the_rest(items, answers, marker_ttl, reservation_window)).await
+    }
+}
+
+impl Node {
+    /// `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>` for `item`.
+    fn claim_command(&self, item: &LockCall) -> redis::Cmd {
+        let value = conditional::granted_value(0, &item.owner, &self.label);
+        let ttl = Digits::ms(item.ttl);
+        let mut cmd = redis::Cmd::with_capacity(6, item.lock.len() + value.len() + 32);
+        cmd.arg("SET")
+            .arg(&item.lock)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_bytes());
+        cmd
     }
 }
 

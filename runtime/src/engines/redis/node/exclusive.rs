@@ -217,7 +217,8 @@ impl Node {
                 self.acquire_by_script(items, clock_step_us, grant_time)
                     .await
             }
-            false => self.acquire_unfenced(items, grant_time).await,
+            // Boxed: its claim and script calls would make every acquire's future larger.
+            false => Box::pin(self.acquire_unfenced(items, grant_time)).await,
         }
     }
 
@@ -482,9 +483,9 @@ impl Node {
                 quiet: &quiet,
                 scripted: &scripted,
             };
-            return self
-                .release_unfenced(batch, marker_ttl, reservation_window)
-                .await;
+            // Boxed: its two calls at once would make every release's future larger.
+            let unfenced = Box::pin(self.release_unfenced(batch, marker_ttl, reservation_window));
+            return unfenced.await;
         }
         let bound = self.connection().await?;
         if !bound.conditional_set.usable() {
