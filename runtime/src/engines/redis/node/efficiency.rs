@@ -22,7 +22,9 @@
 //! claim does not read the queue: a newcomer may take a lock whose holder's lease expired while
 //! others were queued for it, ahead of them (they keep their places, and the release of the
 //! newcomer hands it to the first of them). A release always hands a waited-on lock over
-//! without freeing the key, so no claim can come between a release and its heir.
+//! without freeing the key, so no claim can come between a release and its heir. A refused
+//! claim leaves nothing on the server: the caller's place in line begins with the script that
+//! follows it.
 //!
 //! A lock granted on its caller's first try, whose key is not known to be contended, is
 //! released by `delete_if.lua`: the key is deleted if it still holds exactly the value granted
