@@ -159,6 +159,19 @@ impl Report {
             1.5,
             "",
         );
+        // Efficiency locks (no token): as cheap on the server as rslock's, so at least as fast.
+        if config.libs.contains(&LibId::DistlockUnfenced) {
+            at_least(
+                "parallel",
+                &format!(
+                    "efficiency locks' cycles/s with {} tasks as a ratio to rslock",
+                    config.tasks
+                ),
+                self.num("parallel", LibId::DistlockUnfenced, "ratio_to_rslock"),
+                1.0,
+                "",
+            );
+        }
         at_least(
             "contended",
             &format!(
