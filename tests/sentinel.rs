@@ -152,20 +152,32 @@ fn failover_under_load(mut group: SentinelGroup) {
 
 /// A replica that does not answer (SIGSTOP): an acquire with `min_replicas = 1` fails after
 /// `replica_timeout` with the dedicated error, and leaves no lock behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
-    // `WAIT` times out on the server's clock ticks: at hz 100, within 10 ms of its timeout
-    // (at the default hz 10, up to 100 ms late).
+/// A primary and its replica, in sync. `WAIT` times out on the server's clock ticks: at hz 100,
+/// within 10 ms of its timeout (at the default hz 10, up to 100 ms late).
+fn primary_and_replica() -> (RedisServer, RedisServer) {
     let primary = RedisServer::start_with(ServerConfig::new().arg("hz", "100"));
     let replica = RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
     replica.wait_for_replica_sync();
     primary.wait_for_replicas(1);
-    let backend = Backend::builder(primary.url())
+    (primary, replica)
+}
+
+/// A backend on `primary` whose grants wait up to `REPLICA_TIMEOUT` for one replica; its locks
+/// efficiency locks unless `fenced`.
+fn acknowledged_backend(primary: &RedisServer, fenced: bool) -> Backend {
+    Backend::builder(primary.url())
         .prefix(PREFIX)
         .min_replicas(1)
         .replica_timeout(REPLICA_TIMEOUT)
+        .fencing_tokens(fenced)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
+    let (primary, replica) = primary_and_replica();
+    let backend = acknowledged_backend(&primary, true);
     // Acknowledged: the lock is granted, its token on the replica too.
     let guard = Lock::new("acked").on(&backend).acquire().await.unwrap();
     let lock = common::SingleRedis::lock_key("acked");
@@ -267,17 +279,8 @@ async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
 /// is taken back and the caller told so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_efficiency_locks_claim_waits_for_its_replica_or_is_taken_back() {
-    let primary = RedisServer::start_with(ServerConfig::new().arg("hz", "100"));
-    let replica = RedisServer::start_with(ServerConfig::new().replica_of(primary.port()));
-    replica.wait_for_replica_sync();
-    primary.wait_for_replicas(1);
-    let backend = Backend::builder(primary.url())
-        .prefix(PREFIX)
-        .min_replicas(1)
-        .replica_timeout(REPLICA_TIMEOUT)
-        .fencing_tokens(false)
-        .build()
-        .unwrap();
+    let (primary, replica) = primary_and_replica();
+    let backend = acknowledged_backend(&primary, false);
     let scripts_before = common::command_calls(&primary, "evalsha");
     let guard = Lock::new("claimed").on(&backend).acquire().await.unwrap();
     assert_eq!(

@@ -112,8 +112,8 @@ impl Node {
             .collect()
     }
 
-    /// One pipeline: `SET <lock> "L0 <owner>[ <label>]" NX PX <ttl>` for each of `items` at
-    /// `indices`, then `WAIT` with replica acknowledgement. Whether each took its lock, and how
+    /// One pipeline (a plain command for a lone claim): `SET <lock> "L0 <owner>[ <label>]" NX
+    /// PX <ttl>` for each of `items` at `indices`, then `WAIT` with replica acknowledgement. Whether each took its lock, and how
     /// many replicas acknowledged.
     ///
     /// # Cancel safety
