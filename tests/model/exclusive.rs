@@ -54,7 +54,7 @@ pub struct Exclusive {
     pub server_mutation: Option<Mutation>,
     pub client_mutation: Option<ClientMutation>,
     /// Locks carry fencing tokens; `false`: efficiency locks (`fencing_tokens(false)`), whose
-    /// first try is a `SET NX PX` claim (`node/claim.rs`) and whose tokens are all 0.
+    /// first try is a `SET NX PX` claim (`node/efficiency.rs`) and whose tokens are all 0.
     fenced: bool,
     twin: RefCell<Twin>,
     servers: Interned,
@@ -335,9 +335,9 @@ impl Exclusive {
 
     /// An efficiency lock's first try for client `me`'s current owner, applied now:
     /// `SET NX PX`. Taken, it answers as a grant (its reply lost if `lost`); refused, the
-    /// runtime sends `acquire.lua` as a first try next, in a second round trip (`node/claim.rs`),
-    /// which is what a client with no reply does. A refused claim leaves nothing on the server:
-    /// the client's place in line begins with that script (`receive`).
+    /// runtime sends `acquire.lua` as a first try next, in a second round trip
+    /// (`node/efficiency.rs`), which is what a client with no reply does. A refused claim leaves
+    /// nothing on the server: the client's place in line begins with that script (`receive`).
     fn claim(&self, state: &mut State, me: usize, lost: bool) {
         let owner = state.clients[me].owner(me);
         let took = self.on_server(state, |twin| twin.claim(LOCK, &owner, TTL_MS));

@@ -201,7 +201,7 @@ impl Node {
 
     /// [`acquire_many`](Self::acquire_many), the waiters queued for `grant_time` (`None`: not
     /// queued): by `acquire.lua`, or for efficiency locks by a first try of `SET NX PX` where it
-    /// may take the lock ([`claim`](super::claim)).
+    /// may take the lock ([`efficiency`](super::efficiency)).
     ///
     /// # Cancel safety
     /// Not cancel safe.
