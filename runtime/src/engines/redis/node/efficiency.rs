@@ -15,8 +15,9 @@
 //! the key exists — held, a reader's or a release's reservation for notified waiters, a fenced
 //! lock's token marker — and `acquire.lua` runs for the lock in a second round trip: it answers
 //! busy, queues the caller and marks the lock waited on, or grants it (token 0) where it is free.
-//! A key where a first try met a nil reply is [contended](super::super::conditional::ContendedKeys):
-//! for a while its first tries go to the script directly.
+//! A key where a first try met a nil reply is
+//! [contended](super::super::conditional::ContendedKeys): for a while its first tries go to the
+//! script directly.
 //!
 //! Only first tries claim: a waiter asks by script, so that its place in the queue is kept. A
 //! claim does not read the queue: a newcomer may take a lock whose holder's lease expired while
@@ -113,8 +114,8 @@ impl Node {
     }
 
     /// One pipeline (a plain command for a lone claim): `SET <lock> "L0 <owner>[ <label>]" NX
-    /// PX <ttl>` for each of `items` at `indices`, then `WAIT` with replica acknowledgement. Whether each took its lock, and how
-    /// many replicas acknowledged.
+    /// PX <ttl>` for each of `items` at `indices`, then `WAIT` with replica acknowledgement.
+    /// Whether each took its lock, and how many replicas acknowledged.
     ///
     /// # Cancel safety
     /// Not cancel safe.
