@@ -487,6 +487,17 @@ async fn a_switch_with_the_old_primary_alive_moves_locks_and_waiters() {
     });
     let (group, switched) = switched.await.unwrap();
     assert_ne!(group.primary().port(), old_primary);
+    // The move is each backend's answer to the sentinels' announcement, which reaches it on its
+    // own connection, moments after the sentinels log it. A release sent before the holder heard
+    // it would go to the old primary, which takes writes until the sentinels convert it, and be
+    // lost with it — the lock on the new primary then lasts its TTL: Sentinel's async
+    // replication, not the move this test is about.
+    let heard = distlock::__private::raw::until_local(Duration::from_secs(10), async || {
+        use distlock::__private::raw::switches_seen;
+        switches_seen(&holder) >= 1 && switches_seen(&waiter) >= 1
+    })
+    .await;
+    assert!(heard, "a backend did not hear the sentinels' announcement");
     // The holder's lock was replicated before the switch: still held, released on the new
     // primary, whose notification reaches the waiter.
     let released_at = Instant::now();

@@ -79,6 +79,8 @@ pub(crate) enum Probe {
     BatchedSubscriptions,
     /// Renewal round trips, where the engine groups renewals itself (Redis Cluster).
     RenewalRoundTrips,
+    /// Sentinel `+switch-master` announcements the engine acted on.
+    SwitchesSeen,
 }
 
 #[cfg(distlock_test_hooks)]

@@ -293,6 +293,12 @@ pub mod raw {
         backend.inner.hooks.probe(Probe::RenewalRoundTrips)
     }
 
+    /// Sentinel `+switch-master` announcements the backend acted on (its connections, and its
+    /// waiters' subscriptions, move to the new primary); 0 for other deployments.
+    pub fn switches_seen(backend: &Backend) -> u64 {
+        backend.inner.hooks.probe(Probe::SwitchesSeen)
+    }
+
     /// Acquires and releases that went to the server in a batch (group commit) rather than on
     /// their own.
     pub fn batched_calls(backend: &Backend) -> u64 {

@@ -148,6 +148,7 @@ fn open_single(
             &engine,
             RedisEngine::batched_subscriptions,
         );
+        hooks.show(Probe::SwitchesSeen, &engine, RedisEngine::switches_seen);
     }
     Ok(engine)
 }

@@ -295,6 +295,7 @@ impl SentinelTarget {
     }
 
     fn switched(&self, new_primary: Option<(String, u16)>) {
+        let _changed = hooks::LocalChange;
         *lock(&self.announced) = new_primary;
         self.generation.fetch_add(1, Ordering::AcqRel);
         for hook in lock(&self.on_switch).iter() {

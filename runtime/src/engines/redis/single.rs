@@ -311,4 +311,9 @@ impl RedisEngine {
     pub(crate) fn batched_subscriptions(&self) -> u64 {
         self.subscriber.batched()
     }
+
+    #[cfg(distlock_test_hooks)]
+    pub(crate) fn switches_seen(&self) -> u64 {
+        self.node.switches_seen()
+    }
 }

@@ -383,6 +383,16 @@ impl Node {
         self.bind(client, generation).await
     }
 
+    /// The `+switch-master` announcements this node's Sentinel target acted on; 0 for a fixed
+    /// server or a cluster.
+    #[cfg(distlock_test_hooks)]
+    pub(crate) fn switches_seen(&self) -> u64 {
+        match &self.target {
+            Target::Sentinel(target) => target.generation(),
+            Target::Fixed(_) | Target::Cluster(_) => 0,
+        }
+    }
+
     fn live(&self) -> Option<Bound> {
         let slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         let bound = slot.as_ref()?;
