@@ -149,12 +149,11 @@ impl Engine for RedisEngine {
         kind: LockKind,
     ) -> BoxFuture<'a, EngineResult<Acquired>> {
         Box::pin(async move {
+            // The shared kinds' calls are boxed apart: inline, their kilobyte-sized futures would
+            // make every exclusive call's future as large, and it is copied whole into its box.
             if kind.is_shared() {
                 let lock = lock_name(&self.prefix, key);
-                return self
-                    .node
-                    .acquire_shared(&lock, owner, ttl, asker, kind)
-                    .await;
+                return Box::pin(self.node.acquire_shared(&lock, owner, ttl, asker, kind)).await;
             }
             let call = LockCall {
                 lock: lock_name(&self.prefix, key),
@@ -178,9 +177,11 @@ impl Engine for RedisEngine {
             let lock = lock_name(&self.prefix, key);
             let reply = if kind.is_shared() {
                 let window = self.reservation_window();
-                self.node
-                    .release_shared(&lock, owner, self.marker_ttl, window)
-                    .await?
+                Box::pin(
+                    self.node
+                        .release_shared(&lock, owner, self.marker_ttl, window),
+                )
+                .await?
             } else {
                 let call = ReleaseCall {
                     granted,

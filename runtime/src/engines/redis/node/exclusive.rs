@@ -279,9 +279,10 @@ impl Node {
             })
             .collect();
         match (self.replica_ack, acknowledged) {
-            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas => Ok(self
-                .take_back_unreplicated(items, answers, ack, acknowledged)
-                .await),
+            // Boxed: rare, and a future of a kilobyte that every acquire's would carry inline.
+            (Some(ack), Some(acknowledged)) if acknowledged < ack.replicas => {
+                Ok(Box::pin(self.take_back_unreplicated(items, answers, ack, acknowledged)).await)
+            }
             _ => Ok(answers),
         }
     }

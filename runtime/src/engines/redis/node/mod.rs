@@ -357,7 +357,11 @@ impl Node {
             });
         }
         let started = std::time::Instant::now();
-        let opened = self.open_connection().await;
+        // Boxed: opening a connection (a Sentinel lookup, a cluster's slots) is a future of
+        // kilobytes, and every call on the node awaits this one, mostly to take the open
+        // connection; inline, each call's future would carry it and be copied whole wherever
+        // it is boxed.
+        let opened = Box::pin(self.open_connection()).await;
         if opened.is_err() && started.elapsed() >= self.timeouts.connect {
             self.slow_failures.fetch_add(1, Ordering::AcqRel);
         }
