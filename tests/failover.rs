@@ -352,13 +352,13 @@ impl Resource {
     }
 
     /// The long holder leaves: the fenced write, then out (and its guard no longer known).
-    /// Whether its lease was still valid as it wrote.
-    async fn leave_holding(&mut self, guard: &LockGuard) -> bool {
-        let valid = guard.is_held();
-        self.write(guard.fencing_token(), valid).await;
+    /// What its guard said as it wrote: `Ok` while its lease was valid.
+    async fn leave_holding(&mut self, guard: &LockGuard) -> Result<(), LockError> {
+        let checked = guard.check();
+        self.write(guard.fencing_token(), checked.is_ok()).await;
         let _: i64 = self.redis.decr("inside", 1).await.unwrap();
         self.holder.lock().unwrap().take();
-        valid
+        checked
     }
 }
 
@@ -382,13 +382,13 @@ async fn contend(backend: Backend, mut resource: Resource, stop: Arc<AtomicBool>
 }
 
 /// The long holder: takes `counter` (asking again until it is granted), enters, says so, and
-/// leaves when told, without looking at its guard; whether its lease was still valid then.
+/// leaves when told, without looking at its guard; what its guard said then, and its token.
 async fn hold(
     backend: Backend,
     mut resource: Resource,
     entered: tokio::sync::oneshot::Sender<()>,
     leave: tokio::sync::oneshot::Receiver<()>,
-) -> bool {
+) -> (Result<(), LockError>, u64) {
     let guard = loop {
         match Lock::new("counter")
             .on(&backend)
@@ -405,10 +405,11 @@ async fn hold(
     resource.enter_holding(&guard).await;
     let _ = entered.send(());
     let _ = leave.await;
-    let valid = resource.leave_holding(&guard).await;
+    let checked = resource.leave_holding(&guard).await;
     let guard = Arc::into_inner(guard).expect("the resource let the guard go");
+    let token = guard.fencing_token();
     let _ = guard.release().await;
-    valid
+    (checked, token)
 }
 
 fn run_rounds(deployment: &mut dyn Deployment) -> Outcome {
@@ -426,7 +427,7 @@ fn run_rounds(deployment: &mut dyn Deployment) -> Outcome {
     }
     let holder_backend = deployment.backend();
     let mut outcome = Outcome::default();
-    for _ in 0..ROUNDS {
+    for round in 1..=ROUNDS {
         let (overlaps, rejected, while_valid) = (
             resource.overlaps.load(Ordering::SeqCst),
             resource.rejected.load(Ordering::SeqCst),
@@ -461,13 +462,25 @@ fn run_rounds(deployment: &mut dyn Deployment) -> Outcome {
             tokio::time::sleep(deployment.hold_after_failover()).await;
         });
         let _ = leave.send(());
-        let valid = runtime.block_on(holder).unwrap();
-        outcome.holder_lapsed += usize::from(!valid);
+        let (checked, token) = runtime.block_on(holder).unwrap();
+        outcome.holder_lapsed += usize::from(checked.is_err());
         let doubled = resource.overlaps.load(Ordering::SeqCst) > overlaps
             || resource.rejected.load(Ordering::SeqCst) > rejected;
         outcome.rounds_with_double_grants += usize::from(doubled);
-        outcome.rounds_granted_twice_while_valid +=
-            usize::from(resource.while_valid.load(Ordering::SeqCst) > while_valid);
+        let twice = resource.while_valid.load(Ordering::SeqCst) - while_valid;
+        outcome.rounds_granted_twice_while_valid += usize::from(twice > 0);
+        if doubled {
+            eprintln!(
+                "FAILOVER {} round {round}: the holder (token {token}) was granted {} the kill; \
+                 {} overlaps and fenced-out writes, {twice} of them with both leases valid; \
+                 as it left, its guard said {checked:?}",
+                deployment.name(),
+                if entered.0 { "before" } else { "after" },
+                resource.overlaps.load(Ordering::SeqCst) - overlaps
+                    + resource.rejected.load(Ordering::SeqCst)
+                    - rejected,
+            );
+        }
         deployment.heal();
     }
     stop.store(true, Ordering::SeqCst);
