@@ -150,8 +150,6 @@ fn failover_under_load(mut group: SentinelGroup) {
     );
 }
 
-/// A replica that does not answer (SIGSTOP): an acquire with `min_replicas = 1` fails after
-/// `replica_timeout` with the dedicated error, and leaves no lock behind.
 /// A primary and its replica, in sync. `WAIT` times out on the server's clock ticks: at hz 100,
 /// within 10 ms of its timeout (at the default hz 10, up to 100 ms late).
 fn primary_and_replica() -> (RedisServer, RedisServer) {
@@ -174,6 +172,8 @@ fn acknowledged_backend(primary: &RedisServer, fenced: bool) -> Backend {
         .unwrap()
 }
 
+/// A replica that does not answer (SIGSTOP): an acquire with `min_replicas = 1` fails after
+/// `replica_timeout` with the dedicated error, and leaves no lock behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_grant_fails_with_its_own_error_and_leaves_no_lock() {
     let (primary, replica) = primary_and_replica();
