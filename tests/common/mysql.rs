@@ -21,7 +21,8 @@ impl Database for MariaDbServer {
     /// The column is VARBINARY.
     const KEY_TEXT: &'static str = "CAST(lock_key AS CHAR)";
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
-    /// InnoDB's open transactions.
+    /// InnoDB's open transactions. Read once, not polled: InnoDB refills `INNODB_TRX` only after
+    /// it has gone unread for 100 ms.
     const OPEN_TRANSACTIONS: &'static str = "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
         WHERE trx_mysql_thread_id <> CONNECTION_ID()";
     const RELAXED_DURABILITY: &'static str = "innodb_flush_log_at_trx_commit is 2";
