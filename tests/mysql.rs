@@ -298,22 +298,21 @@ async fn a_user_without_the_grants_is_told_what_to_grant() {
 
 /// Transactions waiting for a row lock now (`Innodb_row_lock_current_waits`).
 fn row_lock_waits(server: &MariaDbServer) -> u64 {
-    server
-        .sql(
-            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-             WHERE VARIABLE_NAME = 'INNODB_ROW_LOCK_CURRENT_WAITS'",
-        )
-        .parse()
-        .unwrap()
+    global_status(server, "INNODB_ROW_LOCK_CURRENT_WAITS")
 }
 
 /// The InnoDB deadlocks the server has detected since it started.
 fn deadlocks(server: &MariaDbServer) -> u64 {
+    global_status(server, "INNODB_DEADLOCKS")
+}
+
+/// The server's status variable `name`, read live.
+fn global_status(server: &MariaDbServer, name: &str) -> u64 {
     server
-        .sql(
+        .sql(&format!(
             "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-             WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'",
-        )
+             WHERE VARIABLE_NAME = '{name}'"
+        ))
         .parse()
         .unwrap()
 }
